@@ -1,0 +1,315 @@
+//! Machine: one physical server and its BMC.
+
+use std::collections::BTreeMap;
+
+use jiff::Timestamp;
+use kube::CustomResource;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use super::common::{BootEvent, ContainerRuntime, LastError, LocalObjectReference, SecretReference};
+use super::condition::Condition;
+use super::machine_class::OsImage;
+
+/// A physical server: how to reach its BMC, how it boots, which class it runs.
+#[derive(CustomResource, Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[kube(
+    group = "metalherd.dev",
+    version = "v1alpha1",
+    kind = "Machine",
+    namespaced,
+    status = "MachineStatus",
+    shortname = "mach",
+    category = "metalherd",
+    derive = "PartialEq",
+    derive = "Default",
+    printcolumn(name = "Phase", type_ = "string", json_path = ".status.phase"),
+    printcolumn(name = "Power", type_ = "string", json_path = ".status.powerState"),
+    printcolumn(name = "Node", type_ = "string", json_path = ".status.nodeRef.name"),
+    printcolumn(name = "Class", type_ = "string", json_path = ".spec.classRef.name"),
+    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
+)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct MachineSpec {
+    pub bmc: BmcSpec,
+    /// MAC address of the NIC the server PXE-boots from. Learned from
+    /// Redfish inventory when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(rename = "bootMACAddress")]
+    pub boot_mac_address: Option<String>,
+    /// Firmware boot mode used for network boot overrides.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub boot_mode: Option<BootMode>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub network: Option<MachineNetwork>,
+    /// The MachineClass this server should run; absent means "keep it
+    /// Available".
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub class_ref: Option<LocalObjectReference>,
+    /// Per-machine overrides of the class's versions.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub overrides: Option<MachineOverrides>,
+    /// Desired power state while the machine is not being provisioned.
+    #[serde(default)]
+    pub online: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub root_device_hints: Option<RootDeviceHints>,
+}
+
+/// How to reach a server's BMC.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct BmcSpec {
+    /// `redfish+https://host[:port]/redfish/v1/Systems/ID`,
+    /// `redfish+http://...` or `ipmi://host[:port]`.
+    pub address: String,
+    /// Secret with keys `username` and `password`.
+    pub credentials_secret_ref: SecretReference,
+    /// PEM CA bundle that signs the BMC's certificate (Redfish over https).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ca_bundle: Option<String>,
+    /// Skip TLS verification. Off by default; an explicit, visible choice.
+    #[serde(default)]
+    pub insecure_skip_verify: bool,
+    /// IPMI cipher suite (3 or 17); 17 by default.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cipher_suite: Option<u8>,
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub enum BootMode {
+    #[default]
+    #[serde(rename = "UEFI")]
+    Uefi,
+    Legacy,
+}
+
+/// Static network settings of the provisioned server.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct MachineNetwork {
+    /// Address with prefix length, `10.0.0.7/24`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub address: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gateway: Option<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub dns: Vec<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hostname: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub domain: Option<String>,
+}
+
+/// Per-machine overrides of what the class says.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct MachineOverrides {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image: Option<OsImage>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kubelet_version: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub container_runtime: Option<ContainerRuntime>,
+}
+
+/// Which disk to install to; all given hints must match.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct RootDeviceHints {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub device_name: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub serial_number: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wwn: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub min_size_gigabytes: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rotational: Option<bool>,
+}
+
+/// Lifecycle phase of a Machine.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+pub enum MachinePhase {
+    #[default]
+    Registering,
+    Available,
+    Provisioning,
+    Provisioned,
+    Ready,
+    Reimaging,
+    Deprovisioning,
+    Error,
+}
+
+impl MachinePhase {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            MachinePhase::Registering => "Registering",
+            MachinePhase::Available => "Available",
+            MachinePhase::Provisioning => "Provisioning",
+            MachinePhase::Provisioned => "Provisioned",
+            MachinePhase::Ready => "Ready",
+            MachinePhase::Reimaging => "Reimaging",
+            MachinePhase::Deprovisioning => "Deprovisioning",
+            MachinePhase::Error => "Error",
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub enum PowerState {
+    On,
+    Off,
+    #[default]
+    Unknown,
+}
+
+/// What the controller and the boot services observed.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct MachineStatus {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub phase: Option<MachinePhase>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub power_state: Option<PowerState>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub inventory: Option<Inventory>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub addresses: Vec<MachineAddress>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node_ref: Option<LocalObjectReference>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed: Option<ObservedVersions>,
+    /// Hash of the revision (image, kubelet, runtime + overrides) last installed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub provisioned_revision: Option<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<Condition>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_error: Option<LastError>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub boot_history: Vec<BootEvent>,
+    /// The network boot in progress (or last completed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub boot: Option<BootRecord>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    /// Controller bookkeeping that must survive restarts (step markers).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub progress: BTreeMap<String, String>,
+}
+
+/// One network boot: minted by the controller before it powers the server,
+/// so a restart never mints a second one for the same boot.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct BootRecord {
+    /// Unique id of this boot.
+    pub id: String,
+    /// `install`, `reimage`, `deprovision`.
+    pub purpose: String,
+    /// The revision this boot installs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub revision: Option<String>,
+    #[schemars(with = "String")]
+    pub minted_at: Timestamp,
+    /// Set when the Ignition config was handed out for this boot.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "Option<String>")]
+    pub ignition_served_at: Option<Timestamp>,
+    /// Set when the boot completed (installed or failed); the token dies then.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "Option<String>")]
+    pub completed_at: Option<Timestamp>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub outcome: Option<String>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct MachineAddress {
+    /// `InternalIP`, `Hostname`, `BMC`.
+    #[serde(rename = "type")]
+    pub type_: String,
+    pub address: String,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ObservedVersions {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kubelet_version: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub container_runtime: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub os_image: Option<String>,
+}
+
+/// Hardware inventory as read from the BMC.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Inventory {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub manufacturer: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub serial_number: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uuid: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub firmware_version: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu: Option<CpuInfo>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_mib: Option<u64>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub nics: Vec<NicInfo>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub disks: Vec<DiskInfo>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct CpuInfo {
+    #[serde(default)]
+    pub count: u32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub architecture: Option<String>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct NicInfo {
+    #[serde(default)]
+    pub name: String,
+    #[serde(default)]
+    pub mac: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub link_up: Option<bool>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub speed_mbps: Option<u64>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct DiskInfo {
+    #[serde(default)]
+    pub name: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub size_bytes: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub serial_number: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rotational: Option<bool>,
+}

@@ -1,0 +1,170 @@
+//! MachineClass: what a node runs (OS image, kubelet, runtime, join settings).
+
+use std::collections::BTreeMap;
+
+use kube::CustomResource;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use super::common::{Artifact, ContainerRuntime, SecretReference};
+use super::condition::Condition;
+
+#[derive(CustomResource, Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[kube(
+    group = "metalherd.dev",
+    version = "v1alpha1",
+    kind = "MachineClass",
+    namespaced,
+    status = "MachineClassStatus",
+    shortname = "mc",
+    category = "metalherd",
+    derive = "PartialEq",
+    derive = "Default",
+    printcolumn(name = "OS", type_ = "string", json_path = ".spec.image.os"),
+    printcolumn(name = "Image", type_ = "string", json_path = ".spec.image.version"),
+    printcolumn(name = "Kubelet", type_ = "string", json_path = ".spec.kubernetes.version"),
+    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
+)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct MachineClassSpec {
+    pub image: OsImage,
+    pub kubernetes: KubernetesSpec,
+    pub container_runtime: ContainerRuntime,
+    pub join: JoinSpec,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub files: Vec<FileSpec>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub units: Vec<UnitSpec>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub ssh_authorized_keys: Vec<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub kernel_args: Vec<String>,
+    /// Partitions (by label) kept across reimages.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub preserve_partitions: Vec<String>,
+    /// Extra Ignition fragments merged into the node config.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub ignition_fragments: Vec<IgnitionFragment>,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub node_labels: BTreeMap<String, String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub node_taints: Vec<Taint>,
+    /// Wipe disks when a machine of this class is deprovisioned.
+    #[serde(default)]
+    pub wipe_on_deprovision: bool,
+}
+
+/// The OS a class installs.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct OsImage {
+    /// `flatcar` or `fedora-coreos`.
+    pub os: String,
+    /// OS release, for example `4230.2.3` (Flatcar) or `42.20250721.3.0` (FCOS).
+    pub version: String,
+    /// Live kernel the installer boots.
+    pub kernel: Artifact,
+    /// Live initrd the installer boots.
+    pub initrd: Artifact,
+    /// The image written to disk (Flatcar `.bin.bz2`, FCOS metal `.raw.xz`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub install: Option<Artifact>,
+    /// Extra live artifacts (FCOS rootfs).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rootfs: Option<Artifact>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct KubernetesSpec {
+    /// kubelet / kubeadm version, `v1.33.2`.
+    pub version: String,
+    /// Where the binaries come from: downloaded with sha512 or a sysext image.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kubelet: Option<Artifact>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kubeadm: Option<Artifact>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kubectl: Option<Artifact>,
+    /// A systemd-sysext image carrying kubelet/kubeadm (Flatcar).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sysext: Option<Artifact>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub containerd: Option<Artifact>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cni_plugins: Option<Artifact>,
+}
+
+/// How a node joins its cluster with `kubeadm join`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct JoinSpec {
+    /// `host:port` of the API server.
+    pub api_server_endpoint: String,
+    /// `sha256:<hex>` hashes of the cluster CA public key.
+    pub ca_cert_hashes: Vec<String>,
+    /// Secret holding the bootstrap token (key `token`, `abcdef.0123456789abcdef`).
+    pub token_secret_ref: SecretReference,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct FileSpec {
+    pub path: String,
+    /// Octal mode as a number (`420` = 0644) .
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mode: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub contents: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source: Option<Artifact>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct UnitSpec {
+    pub name: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub enabled: Option<bool>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub contents: Option<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub dropins: Vec<DropinSpec>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct DropinSpec {
+    pub name: String,
+    pub contents: String,
+}
+
+/// An Ignition fragment: inline JSON, or a URL pinned by sha512.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct IgnitionFragment {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub inline: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source: Option<Artifact>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Taint {
+    pub key: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub value: Option<String>,
+    /// `NoSchedule`, `PreferNoSchedule` or `NoExecute`.
+    pub effect: String,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct MachineClassStatus {
+    /// Hash of the revision-relevant fields (image, kubelet, runtime).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub revision: Option<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<Condition>,
+}

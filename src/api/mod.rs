@@ -1,0 +1,145 @@
+//! Object types of group `metalherd.dev/v1alpha1` (Machine, MachineClass,
+//! MachineSet), the core objects we reuse (Secret, Event), and validation of
+//! manifests with field paths. Pure data: no I/O here.
+
+mod common;
+pub mod condition;
+pub mod discovered;
+pub mod event;
+pub mod machine;
+pub mod machine_class;
+pub mod machine_set;
+pub mod validate;
+
+pub use common::*;
+pub use condition::Condition;
+pub use discovered::{DiscoveredMachine, DiscoveredMachineSpec};
+pub use event::Event;
+pub use machine::*;
+pub use machine_class::*;
+pub use machine_set::*;
+pub use validate::{FieldError, ValidationErrors};
+
+/// API group of metalherd's own objects.
+pub const GROUP: &str = "metalherd.dev";
+/// API version of metalherd's own objects.
+pub const VERSION: &str = "v1alpha1";
+/// `apiVersion` of metalherd's own objects.
+pub const API_VERSION: &str = "metalherd.dev/v1alpha1";
+
+/// Every kind the store keeps. The API, the CLI and the store agree on these
+/// names; `Secret` and `Event` are core/v1.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Kind {
+    Machine,
+    MachineClass,
+    MachineSet,
+    Secret,
+    Event,
+    DiscoveredMachine,
+}
+
+impl Kind {
+    pub const ALL: [Kind; 6] = [
+        Kind::Machine,
+        Kind::MachineClass,
+        Kind::MachineSet,
+        Kind::Secret,
+        Kind::Event,
+        Kind::DiscoveredMachine,
+    ];
+
+    /// The `kind` field value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Kind::Machine => "Machine",
+            Kind::MachineClass => "MachineClass",
+            Kind::MachineSet => "MachineSet",
+            Kind::Secret => "Secret",
+            Kind::Event => "Event",
+            Kind::DiscoveredMachine => "DiscoveredMachine",
+        }
+    }
+
+    /// The lower-case plural used in URL paths.
+    pub fn plural(self) -> &'static str {
+        match self {
+            Kind::Machine => "machines",
+            Kind::MachineClass => "machineclasses",
+            Kind::MachineSet => "machinesets",
+            Kind::Secret => "secrets",
+            Kind::Event => "events",
+            Kind::DiscoveredMachine => "discoveredmachines",
+        }
+    }
+
+    /// The `apiVersion` objects of this kind carry.
+    pub fn api_version(self) -> &'static str {
+        match self {
+            Kind::Secret | Kind::Event => "v1",
+            _ => API_VERSION,
+        }
+    }
+
+    /// Whether the kind has a `/status` subresource (status is only written
+    /// through it, and spec updates never touch status).
+    pub fn has_status(self) -> bool {
+        matches!(
+            self,
+            Kind::Machine | Kind::MachineClass | Kind::MachineSet | Kind::DiscoveredMachine
+        )
+    }
+
+    /// Parse what a user types on the command line or a `kind:` field:
+    /// singular, plural, short name, any case.
+    pub fn parse(s: &str) -> Option<Kind> {
+        let l = s.to_ascii_lowercase();
+        let l = l.split('.').next().unwrap_or_default();
+        Some(match l {
+            "machine" | "machines" | "m" | "mach" => Kind::Machine,
+            "machineclass" | "machineclasses" | "mc" => Kind::MachineClass,
+            "machineset" | "machinesets" | "ms" => Kind::MachineSet,
+            "secret" | "secrets" => Kind::Secret,
+            "event" | "events" | "ev" => Kind::Event,
+            "discovered" | "discoveredmachine" | "discoveredmachines" | "dm" => {
+                Kind::DiscoveredMachine
+            }
+            _ => return None,
+        })
+    }
+
+    /// Lower-case singular, as printed by `apply` (`machine/rack1-u07 created`).
+    pub fn singular(self) -> &'static str {
+        match self {
+            Kind::Machine => "machine",
+            Kind::MachineClass => "machineclass",
+            Kind::MachineSet => "machineset",
+            Kind::Secret => "secret",
+            Kind::Event => "event",
+            Kind::DiscoveredMachine => "discoveredmachine",
+        }
+    }
+}
+
+impl std::fmt::Display for Kind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The CustomResourceDefinitions of every metalherd kind, as one
+/// multi-document YAML (what `metalherd crds` prints and deploy/crds/ holds).
+pub fn crds_yaml() -> anyhow::Result<String> {
+    use kube::CustomResourceExt;
+    let mut out = String::new();
+    for crd in [
+        Machine::crd(),
+        MachineClass::crd(),
+        MachineSet::crd(),
+        DiscoveredMachine::crd(),
+    ] {
+        out.push_str("---\n");
+        out.push_str(&serde_yaml::to_string(&crd)?);
+    }
+    Ok(out)
+}

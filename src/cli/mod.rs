@@ -1,0 +1,57 @@
+//! Command line: `metalherd serve` and the client commands that talk to a
+//! running server's API.
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand};
+
+pub mod bmc;
+pub mod objects;
+pub mod render;
+
+/// Bare-metal provisioning: declare Machines; metalherd powers, boots,
+/// installs and joins them, and reimages them in place.
+#[derive(Debug, Parser)]
+#[command(name = "metalherd", version, about)]
+pub struct Cli {
+    #[command(flatten)]
+    pub global: GlobalArgs,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Flags every command understands.
+#[derive(Debug, Clone, Args)]
+pub struct GlobalArgs {
+    /// API server URL (default: from the data directory, else http://127.0.0.1:7080).
+    #[arg(long, global = true, env = "METALHERD_SERVER")]
+    pub server: Option<String>,
+    /// Data directory (the store, the API token).
+    #[arg(long, global = true, env = "METALHERD_DATA_DIR", default_value = "./metalherd-data")]
+    pub data_dir: PathBuf,
+    /// Log as JSON lines.
+    #[arg(long, global = true, env = "METALHERD_LOG_JSON")]
+    pub log_json: bool,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run metalherd: store, API, boot services, controllers.
+    Serve(crate::app::ServeArgs),
+    /// Create or update objects from YAML (file, directory or `-`).
+    Apply(objects::ApplyArgs),
+    /// List or show objects.
+    Get(objects::GetArgs),
+    /// Show one object with its events.
+    Describe(objects::DescribeArgs),
+    /// Delete an object.
+    Delete(objects::DeleteArgs),
+    /// Print the CustomResourceDefinitions as YAML.
+    Crds,
+    /// Print the version.
+    Version,
+    /// Talk to a BMC directly (racking day).
+    Bmc(bmc::BmcArgs),
+    /// Render generated artifacts (Ignition configs).
+    Render(render::RenderArgs),
+}

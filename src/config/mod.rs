@@ -1,0 +1,45 @@
+//! metalherd's config file (YAML): wire types per section, validated into the
+//! types each service runs with. Flags override the file.
+
+use std::path::Path;
+
+use serde::Deserialize;
+
+/// The whole config file. Every section is optional; an absent section keeps
+/// that service's defaults (or leaves it off, for DHCP).
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ConfigFile {
+    #[serde(default)]
+    pub dhcp: Option<crate::dhcp::config::DhcpConfig>,
+    #[serde(default)]
+    pub tftp: Option<crate::tftp::config::TftpConfig>,
+    #[serde(default)]
+    pub boot: Option<crate::http::boot_config::BootConfig>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read config file {path}: {source}")]
+    Read {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("config file {path}: {message}")]
+    Parse { path: String, message: String },
+}
+
+impl ConfigFile {
+    pub fn load(path: &Path) -> Result<ConfigFile, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.display().to_string(),
+            source,
+        })?;
+        let de = serde_yaml::Deserializer::from_str(&text);
+        serde_path_to_error::deserialize(de).map_err(|e| ConfigError::Parse {
+            path: path.display().to_string(),
+            message: format!("{}: {}", e.path(), e.inner()),
+        })
+    }
+}

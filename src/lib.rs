@@ -1,0 +1,22 @@
+//! metalherd: bare-metal provisioning. Declare Machines; metalherd powers them
+//! through their BMC, network-boots them, installs an OS with Ignition, joins
+//! them to Kubernetes and reimages them in place.
+//!
+//! Module seams follow DESIGN.md: protocol cores (`dhcp`, `tftp`, `ignition`,
+//! `bmc`) never import `controller`; everything reaches objects through the
+//! [`store::Store`] trait.
+#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used, clippy::panic))]
+
+pub mod api;
+pub mod app;
+pub mod bmc;
+pub mod cli;
+pub mod cluster;
+pub mod config;
+pub mod controller;
+pub mod dhcp;
+pub mod http;
+pub mod ignition;
+pub mod store;
+pub mod telemetry;
+pub mod tftp;

@@ -1,0 +1,42 @@
+//! metalherd's binary: parse the command line, start logging, run.
+
+use clap::Parser;
+use metalherd::cli::{Cli, Command};
+
+#[tokio::main]
+async fn main() -> std::process::ExitCode {
+    let cli = Cli::parse();
+    metalherd::telemetry::init(cli.global.log_json);
+    match run(cli).await {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run(cli: Cli) -> anyhow::Result<()> {
+    let g = &cli.global;
+    match cli.command {
+        Command::Serve(a) => metalherd::app::serve(g, a).await,
+        Command::Apply(a) => metalherd::cli::objects::apply(g, a).await,
+        Command::Get(a) => metalherd::cli::objects::get(g, a).await,
+        Command::Describe(a) => metalherd::cli::objects::describe(g, a).await,
+        Command::Delete(a) => metalherd::cli::objects::delete(g, a).await,
+        Command::Crds => {
+            print!("{}", crds_yaml()?);
+            Ok(())
+        }
+        Command::Version => {
+            println!("metalherd {}", env!("CARGO_PKG_VERSION"));
+            Ok(())
+        }
+        Command::Bmc(a) => metalherd::cli::bmc::run(g, a).await,
+        Command::Render(a) => metalherd::cli::render::run(g, a).await,
+    }
+}
+
+fn crds_yaml() -> anyhow::Result<String> {
+    metalherd::api::crds_yaml()
+}

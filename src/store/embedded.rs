@@ -1,0 +1,1 @@
+//! The embedded store: one redb file in the data directory.

@@ -1,0 +1,191 @@
+//! The object store: a Kubernetes-shaped keeper of objects with optimistic
+//! concurrency, generations, finalizers, label selectors and resumable
+//! watches. Controllers and the API talk only to the [`Store`] trait; the
+//! embedded (redb) backend is the default and a kube-rs backend implements
+//! the same semantics against a cluster.
+//!
+//! Objects travel as `serde_json::Value` so one trait (object-safe, usable as
+//! `Arc<dyn Store>`) serves every kind; [`typed`] adds typed helpers.
+
+pub mod embedded;
+pub mod events;
+pub mod selector;
+pub mod typed;
+
+use std::pin::Pin;
+
+use async_trait::async_trait;
+use futures::Stream;
+use serde_json::Value;
+
+use crate::api::{Kind, ValidationErrors};
+pub use selector::Selector;
+pub use typed::{Object, TypedStore};
+
+/// Namespace used when a manifest names none.
+pub const DEFAULT_NAMESPACE: &str = "default";
+
+/// What can go wrong in a store call. Messages name the object, never its
+/// contents (Secrets pass through here).
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum StoreError {
+    #[error("{kind} {namespace}/{name} not found")]
+    NotFound {
+        kind: Kind,
+        namespace: String,
+        name: String,
+    },
+    #[error("{kind} {namespace}/{name} already exists")]
+    AlreadyExists {
+        kind: Kind,
+        namespace: String,
+        name: String,
+    },
+    #[error(
+        "{kind} {namespace}/{name} was modified (resourceVersion {expected} is stale, current is {current}); read it again and retry"
+    )]
+    Conflict {
+        kind: Kind,
+        namespace: String,
+        name: String,
+        expected: String,
+        current: String,
+    },
+    #[error("{0}")]
+    Invalid(#[from] ValidationErrors),
+    #[error("resourceVersion {requested} is too old (oldest kept is {oldest}); list again and watch from the list's resourceVersion")]
+    Gone { requested: u64, oldest: u64 },
+    #[error("malformed object: {0}")]
+    Malformed(String),
+    #[error("store backend: {0}")]
+    Backend(String),
+}
+
+impl StoreError {
+    pub fn is_not_found(&self) -> bool {
+        matches!(self, StoreError::NotFound { .. })
+    }
+    pub fn is_conflict(&self) -> bool {
+        matches!(self, StoreError::Conflict { .. })
+    }
+}
+
+/// Options of a list or watch.
+#[derive(Clone, Debug, Default)]
+pub struct ListOptions {
+    /// Only this namespace; all namespaces when `None`.
+    pub namespace: Option<String>,
+    pub selector: Selector,
+}
+
+impl ListOptions {
+    pub fn namespace(ns: &str) -> Self {
+        ListOptions {
+            namespace: Some(ns.to_string()),
+            selector: Selector::default(),
+        }
+    }
+}
+
+/// The result of a list: the items and the resourceVersion to watch from so
+/// nothing after the list is missed.
+#[derive(Clone, Debug, Default)]
+pub struct ObjectList {
+    pub items: Vec<Value>,
+    pub resource_version: u64,
+}
+
+/// One change seen by a watch.
+#[derive(Clone, Debug, PartialEq)]
+pub enum WatchEvent {
+    Added(Value),
+    Modified(Value),
+    Deleted(Value),
+}
+
+impl WatchEvent {
+    pub fn object(&self) -> &Value {
+        match self {
+            WatchEvent::Added(o) | WatchEvent::Modified(o) | WatchEvent::Deleted(o) => o,
+        }
+    }
+    /// Kubernetes watch event type: `ADDED`, `MODIFIED`, `DELETED`.
+    pub fn type_str(&self) -> &'static str {
+        match self {
+            WatchEvent::Added(_) => "ADDED",
+            WatchEvent::Modified(_) => "MODIFIED",
+            WatchEvent::Deleted(_) => "DELETED",
+        }
+    }
+    /// The resourceVersion the change produced.
+    pub fn resource_version(&self) -> u64 {
+        resource_version_of(self.object()).unwrap_or(0)
+    }
+}
+
+pub type WatchStream = Pin<Box<dyn Stream<Item = Result<WatchEvent, StoreError>> + Send>>;
+
+/// What a delete did.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Deleted {
+    /// The object is gone; here is its last state.
+    Gone(Value),
+    /// The object has finalizers: it is marked with a deletionTimestamp and
+    /// goes when the last finalizer is removed.
+    Marked(Value),
+}
+
+/// A Kubernetes-shaped object store.
+///
+/// Semantics every backend keeps:
+/// - `create` sets uid, resourceVersion, generation 1, creationTimestamp,
+///   the default namespace; a name that exists is `AlreadyExists`.
+/// - `update` replaces metadata and spec; status is kept from the stored
+///   object for kinds with a status subresource. A `metadata.resourceVersion`
+///   that is not current is a `Conflict` (absent means unconditional).
+///   `generation` moves only when the spec changes. When the object is
+///   marked for deletion and its last finalizer is removed, it is deleted.
+/// - `update_status` changes only status (same conflict rule).
+/// - `delete` removes, or only marks when finalizers remain.
+/// - `watch` from a resourceVersion yields every change after it, in order,
+///   none twice; from `None` it starts at the current version.
+#[async_trait]
+pub trait Store: Send + Sync + 'static {
+    async fn get(&self, kind: Kind, namespace: &str, name: &str) -> Result<Value, StoreError>;
+    async fn list(&self, kind: Kind, opts: &ListOptions) -> Result<ObjectList, StoreError>;
+    async fn create(&self, kind: Kind, obj: Value) -> Result<Value, StoreError>;
+    async fn update(&self, kind: Kind, obj: Value) -> Result<Value, StoreError>;
+    async fn update_status(&self, kind: Kind, obj: Value) -> Result<Value, StoreError>;
+    async fn delete(&self, kind: Kind, namespace: &str, name: &str)
+    -> Result<Deleted, StoreError>;
+    async fn watch(
+        &self,
+        kind: Kind,
+        opts: &ListOptions,
+        from: Option<u64>,
+    ) -> Result<WatchStream, StoreError>;
+}
+
+/// `metadata.resourceVersion` as a number, when present and numeric.
+pub fn resource_version_of(obj: &Value) -> Option<u64> {
+    obj.pointer("/metadata/resourceVersion")
+        .and_then(Value::as_str)
+        .and_then(|s| s.parse().ok())
+}
+
+/// `(namespace, name)` of an object, with the default namespace filled in.
+pub fn key_of(obj: &Value) -> (String, String) {
+    let ns = obj
+        .pointer("/metadata/namespace")
+        .and_then(Value::as_str)
+        .filter(|s| !s.is_empty())
+        .unwrap_or(DEFAULT_NAMESPACE)
+        .to_string();
+    let name = obj
+        .pointer("/metadata/name")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_string();
+    (ns, name)
+}
