@@ -5,7 +5,10 @@
 //! Module seams follow DESIGN.md: protocol cores (`dhcp`, `tftp`, `ignition`,
 //! `bmc`) never import `controller`; everything reaches objects through the
 //! [`store::Store`] trait.
-#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used, clippy::panic))]
+#![cfg_attr(
+    not(test),
+    deny(clippy::unwrap_used, clippy::expect_used, clippy::panic)
+)]
 
 pub mod api;
 pub mod app;

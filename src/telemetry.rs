@@ -3,8 +3,8 @@
 use tracing_subscriber::EnvFilter;
 
 pub fn init(json: bool) {
-    let filter = EnvFilter::try_from_env("METALHERD_LOG")
-        .unwrap_or_else(|_| EnvFilter::new("info"));
+    let filter =
+        EnvFilter::try_from_env("METALHERD_LOG").unwrap_or_else(|_| EnvFilter::new("info"));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr);

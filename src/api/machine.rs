@@ -7,7 +7,9 @@ use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use super::common::{BootEvent, ContainerRuntime, LastError, LocalObjectReference, SecretReference};
+use super::common::{
+    BootEvent, ContainerRuntime, LastError, LocalObjectReference, SecretReference,
+};
 use super::condition::Condition;
 use super::machine_class::OsImage;
 
@@ -27,7 +29,11 @@ use super::machine_class::OsImage;
     printcolumn(name = "Power", type_ = "string", json_path = ".status.powerState"),
     printcolumn(name = "Node", type_ = "string", json_path = ".status.nodeRef.name"),
     printcolumn(name = "Class", type_ = "string", json_path = ".spec.classRef.name"),
-    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    )
 )]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct MachineSpec {

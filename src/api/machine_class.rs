@@ -22,8 +22,16 @@ use super::condition::Condition;
     derive = "Default",
     printcolumn(name = "OS", type_ = "string", json_path = ".spec.image.os"),
     printcolumn(name = "Image", type_ = "string", json_path = ".spec.image.version"),
-    printcolumn(name = "Kubelet", type_ = "string", json_path = ".spec.kubernetes.version"),
-    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
+    printcolumn(
+        name = "Kubelet",
+        type_ = "string",
+        json_path = ".spec.kubernetes.version"
+    ),
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    )
 )]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct MachineClassSpec {

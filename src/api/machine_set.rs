@@ -29,8 +29,16 @@ use super::machine::MachineOverrides;
     ),
     printcolumn(name = "Desired", type_ = "integer", json_path = ".spec.replicas"),
     printcolumn(name = "Ready", type_ = "integer", json_path = ".status.readyReplicas"),
-    printcolumn(name = "Updated", type_ = "integer", json_path = ".status.updatedReplicas"),
-    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
+    printcolumn(
+        name = "Updated",
+        type_ = "integer",
+        json_path = ".status.updatedReplicas"
+    ),
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    )
 )]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct MachineSetSpec {

@@ -291,11 +291,7 @@ fn validate_machine_spec(spec: &MachineSpec) -> Result<(), ValidationErrors> {
     errs.into_result()
 }
 
-fn validate_overrides(
-    o: &super::machine::MachineOverrides,
-    at: &str,
-    errs: &mut ValidationErrors,
-) {
+fn validate_overrides(o: &super::machine::MachineOverrides, at: &str, errs: &mut ValidationErrors) {
     if let Some(v) = &o.kubelet_version
         && let Err(e) = check_version(v)
     {
@@ -328,7 +324,10 @@ fn validate_network(net: &super::machine::MachineNetwork, errs: &mut ValidationE
                 {
                     errs.push(
                         "spec.network.gateway",
-                        format!("{gw} is outside the subnet {} of spec.network.address", n.trunc()),
+                        format!(
+                            "{gw} is outside the subnet {} of spec.network.address",
+                            n.trunc()
+                        ),
                     );
                 }
             }
@@ -344,7 +343,11 @@ fn validate_network(net: &super::machine::MachineNetwork, errs: &mut ValidationE
     {
         errs.push(
             "spec.network.address",
-            format!("{} is the network or broadcast address of {}", n.addr(), n.trunc()),
+            format!(
+                "{} is the network or broadcast address of {}",
+                n.addr(),
+                n.trunc()
+            ),
         );
     }
     for (i, d) in net.dns.iter().enumerate() {
@@ -366,7 +369,10 @@ fn validate_network(net: &super::machine::MachineNetwork, errs: &mut ValidationE
     if let Some(d) = &net.domain
         && !is_dns_subdomain(d)
     {
-        errs.push("spec.network.domain", format!("{d:?} is not a valid domain"));
+        errs.push(
+            "spec.network.domain",
+            format!("{d:?} is not a valid domain"),
+        );
     }
 }
 
@@ -374,7 +380,10 @@ fn validate_runtime(rt: &super::common::ContainerRuntime, at: &str, errs: &mut V
     if rt.name != "containerd" {
         errs.push(
             format!("{at}.name"),
-            format!("unknown container runtime {:?} (supported: containerd)", rt.name),
+            format!(
+                "unknown container runtime {:?} (supported: containerd)",
+                rt.name
+            ),
         );
     }
     if let Err(e) = check_version(&rt.version) {
@@ -387,7 +396,10 @@ fn validate_artifact(a: &super::common::Artifact, at: &str, errs: &mut Validatio
         Ok(u) if matches!(u.scheme(), "http" | "https" | "file") => {}
         Ok(u) => errs.push(
             format!("{at}.url"),
-            format!("unsupported scheme {:?} (use http, https or file)", u.scheme()),
+            format!(
+                "unsupported scheme {:?} (use http, https or file)",
+                u.scheme()
+            ),
         ),
         Err(e) => errs.push(format!("{at}.url"), format!("not a URL ({e})")),
     }
@@ -411,7 +423,10 @@ fn validate_image(img: &super::machine_class::OsImage, at: &str, errs: &mut Vali
     if !matches!(img.os.as_str(), "flatcar" | "fedora-coreos") {
         errs.push(
             format!("{at}.os"),
-            format!("unknown OS {:?} (supported: flatcar, fedora-coreos)", img.os),
+            format!(
+                "unknown OS {:?} (supported: flatcar, fedora-coreos)",
+                img.os
+            ),
         );
     }
     if let Err(e) = check_version(&img.version) {
@@ -466,7 +481,10 @@ fn validate_class_spec(spec: &MachineClassSpec) -> Result<(), ValidationErrors> 
         }
     }
     for (i, t) in spec.node_taints.iter().enumerate() {
-        if !matches!(t.effect.as_str(), "NoSchedule" | "PreferNoSchedule" | "NoExecute") {
+        if !matches!(
+            t.effect.as_str(),
+            "NoSchedule" | "PreferNoSchedule" | "NoExecute"
+        ) {
             errs.push(
                 format!("spec.nodeTaints[{i}].effect"),
                 format!("unknown effect {:?}", t.effect),
@@ -586,28 +604,42 @@ mod tests {
         let mut s = good_spec();
         s["bmc"]["adress"] = json!("x");
         let e = first(Kind::Machine, &machine(s));
-        assert!(e.starts_with("spec.bmc.adress: unknown field `adress`"), "{e}");
+        assert!(
+            e.starts_with("spec.bmc.adress: unknown field `adress`"),
+            "{e}"
+        );
     }
 
     #[test]
     fn malformed_mac() {
         let mut s = good_spec();
         s["bootMACAddress"] = json!("52:54:00:12:34");
-        assert!(first(Kind::Machine, &machine(s)).starts_with("spec.bootMACAddress: malformed MAC"));
+        assert!(
+            first(Kind::Machine, &machine(s)).starts_with("spec.bootMACAddress: malformed MAC")
+        );
     }
 
     #[test]
     fn gateway_outside_subnet() {
         let mut s = good_spec();
         s["network"]["gateway"] = json!("10.0.1.1");
-        assert!(first(Kind::Machine, &machine(s)).starts_with("spec.network.gateway: 10.0.1.1 is outside"));
+        assert!(
+            first(Kind::Machine, &machine(s))
+                .starts_with("spec.network.gateway: 10.0.1.1 is outside")
+        );
     }
 
     #[test]
     fn missing_credentials() {
         let mut s = good_spec();
-        s["bmc"].as_object_mut().unwrap().remove("credentialsSecretRef");
-        assert!(first(Kind::Machine, &machine(s)).starts_with("spec.bmc: missing field `credentialsSecretRef`"));
+        s["bmc"]
+            .as_object_mut()
+            .unwrap()
+            .remove("credentialsSecretRef");
+        assert!(
+            first(Kind::Machine, &machine(s))
+                .starts_with("spec.bmc: missing field `credentialsSecretRef`")
+        );
     }
 
     #[test]
@@ -625,14 +657,23 @@ mod tests {
         let v = json!({"apiVersion": "metalherd.dev/v1alpha1", "kind": "MachineSet",
             "metadata": {"name": "w"},
             "spec": {"replicas": -1, "selector": {}, "template": {"classRef": {"name": "c"}}}});
-        assert_eq!(first(Kind::MachineSet, &v), "spec.replicas: must be 0 or more, got -1");
+        assert_eq!(
+            first(Kind::MachineSet, &v),
+            "spec.replicas: must be 0 or more, got -1"
+        );
     }
 
     #[test]
     fn macs() {
-        assert_eq!(parse_mac("AA-bb-cc-00-11-22"), Some([0xaa, 0xbb, 0xcc, 0, 0x11, 0x22]));
+        assert_eq!(
+            parse_mac("AA-bb-cc-00-11-22"),
+            Some([0xaa, 0xbb, 0xcc, 0, 0x11, 0x22])
+        );
         assert_eq!(parse_mac("aa:bb:cc:00:11"), None);
         assert_eq!(parse_mac("aa:bb:cc:00:11:2g"), None);
-        assert_eq!(format_mac(&[0xaa, 0xbb, 0xcc, 0, 0x11, 0x22]), "aa:bb:cc:00:11:22");
+        assert_eq!(
+            format_mac(&[0xaa, 0xbb, 0xcc, 0, 0x11, 0x22]),
+            "aa:bb:cc:00:11:22"
+        );
     }
 }

@@ -27,7 +27,12 @@ pub struct GlobalArgs {
     #[arg(long, global = true, env = "METALHERD_SERVER")]
     pub server: Option<String>,
     /// Data directory (the store, the API token).
-    #[arg(long, global = true, env = "METALHERD_DATA_DIR", default_value = "./metalherd-data")]
+    #[arg(
+        long,
+        global = true,
+        env = "METALHERD_DATA_DIR",
+        default_value = "./metalherd-data"
+    )]
     pub data_dir: PathBuf,
     /// Log as JSON lines.
     #[arg(long, global = true, env = "METALHERD_LOG_JSON")]

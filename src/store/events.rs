@@ -111,7 +111,9 @@ pub async fn list_for(
     namespace: &str,
     name: &str,
 ) -> Result<Vec<Event>, StoreError> {
-    let list = store.list(Kind::Event, &ListOptions::namespace(namespace)).await?;
+    let list = store
+        .list(Kind::Event, &ListOptions::namespace(namespace))
+        .await?;
     let mut out: Vec<Event> = list
         .items
         .into_iter()

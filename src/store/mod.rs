@@ -54,7 +54,9 @@ pub enum StoreError {
     },
     #[error("{0}")]
     Invalid(#[from] ValidationErrors),
-    #[error("resourceVersion {requested} is too old (oldest kept is {oldest}); list again and watch from the list's resourceVersion")]
+    #[error(
+        "resourceVersion {requested} is too old (oldest kept is {oldest}); list again and watch from the list's resourceVersion"
+    )]
     Gone { requested: u64, oldest: u64 },
     #[error("malformed object: {0}")]
     Malformed(String),
@@ -157,8 +159,7 @@ pub trait Store: Send + Sync + 'static {
     async fn create(&self, kind: Kind, obj: Value) -> Result<Value, StoreError>;
     async fn update(&self, kind: Kind, obj: Value) -> Result<Value, StoreError>;
     async fn update_status(&self, kind: Kind, obj: Value) -> Result<Value, StoreError>;
-    async fn delete(&self, kind: Kind, namespace: &str, name: &str)
-    -> Result<Deleted, StoreError>;
+    async fn delete(&self, kind: Kind, namespace: &str, name: &str) -> Result<Deleted, StoreError>;
     async fn watch(
         &self,
         kind: Kind,

@@ -47,13 +47,25 @@ impl Selector {
             let req = if let Some(k) = part.strip_prefix('!') {
                 Requirement::NotExists(check_key(k.trim()).map_err(|r| err(&r))?)
             } else if let Some((k, rest)) = split_word(part, " notin ") {
-                Requirement::NotIn(check_key(k).map_err(|r| err(&r))?, parse_set(rest).map_err(|r| err(&r))?)
+                Requirement::NotIn(
+                    check_key(k).map_err(|r| err(&r))?,
+                    parse_set(rest).map_err(|r| err(&r))?,
+                )
             } else if let Some((k, rest)) = split_word(part, " in ") {
-                Requirement::In(check_key(k).map_err(|r| err(&r))?, parse_set(rest).map_err(|r| err(&r))?)
+                Requirement::In(
+                    check_key(k).map_err(|r| err(&r))?,
+                    parse_set(rest).map_err(|r| err(&r))?,
+                )
             } else if let Some((k, v)) = part.split_once("!=") {
-                Requirement::NotEq(check_key(k.trim()).map_err(|r| err(&r))?, check_value(v.trim()).map_err(|r| err(&r))?)
+                Requirement::NotEq(
+                    check_key(k.trim()).map_err(|r| err(&r))?,
+                    check_value(v.trim()).map_err(|r| err(&r))?,
+                )
             } else if let Some((k, v)) = part.split_once("==").or_else(|| part.split_once('=')) {
-                Requirement::Eq(check_key(k.trim()).map_err(|r| err(&r))?, check_value(v.trim()).map_err(|r| err(&r))?)
+                Requirement::Eq(
+                    check_key(k.trim()).map_err(|r| err(&r))?,
+                    check_value(v.trim()).map_err(|r| err(&r))?,
+                )
             } else {
                 Requirement::Exists(check_key(part).map_err(|r| err(&r))?)
             };
@@ -154,7 +166,8 @@ fn split_top(s: &str) -> Vec<&str> {
 }
 
 fn split_word<'a>(s: &'a str, word: &str) -> Option<(&'a str, &'a str)> {
-    s.find(word).map(|i| (s[..i].trim(), s[i + word.len()..].trim()))
+    s.find(word)
+        .map(|i| (s[..i].trim(), s[i + word.len()..].trim()))
 }
 
 fn parse_set(s: &str) -> Result<Vec<String>, String> {
@@ -162,10 +175,7 @@ fn parse_set(s: &str) -> Result<Vec<String>, String> {
         .strip_prefix('(')
         .and_then(|x| x.strip_suffix(')'))
         .ok_or_else(|| "expected a set in parentheses".to_string())?;
-    inner
-        .split(',')
-        .map(|v| check_value(v.trim()))
-        .collect()
+    inner.split(',').map(|v| check_value(v.trim())).collect()
 }
 
 fn check_key(k: &str) -> Result<String, String> {
@@ -173,14 +183,22 @@ fn check_key(k: &str) -> Result<String, String> {
         && k.len() <= 317
         && k.bytes()
             .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'/'));
-    if ok { Ok(k.to_string()) } else { Err(format!("bad key {k:?}")) }
+    if ok {
+        Ok(k.to_string())
+    } else {
+        Err(format!("bad key {k:?}"))
+    }
 }
 
 fn check_value(v: &str) -> Result<String, String> {
     let ok = v.len() <= 63
         && v.bytes()
             .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'));
-    if ok { Ok(v.to_string()) } else { Err(format!("bad value {v:?}")) }
+    if ok {
+        Ok(v.to_string())
+    } else {
+        Err(format!("bad value {v:?}"))
+    }
 }
 
 #[cfg(test)]
@@ -188,7 +206,10 @@ mod tests {
     use super::*;
 
     fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
-        pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
     }
 
     #[test]
@@ -197,7 +218,12 @@ mod tests {
         assert_eq!(s.0.len(), 5);
         assert!(s.matches_labels(&labels(&[("rack", "r1"), ("env", "a"), ("zone", "z")])));
         assert!(!s.matches_labels(&labels(&[("rack", "r1"), ("env", "c"), ("zone", "z")])));
-        assert!(!s.matches_labels(&labels(&[("rack", "r1"), ("env", "a"), ("zone", "z"), ("gpu", "1")])));
+        assert!(!s.matches_labels(&labels(&[
+            ("rack", "r1"),
+            ("env", "a"),
+            ("zone", "z"),
+            ("gpu", "1")
+        ])));
         assert_eq!(Selector::parse("").unwrap(), Selector::default());
     }
 

@@ -57,7 +57,11 @@ pub trait TypedStore {
     async fn create_obj<T: Object>(&self, obj: &T) -> Result<T, StoreError>;
     async fn update_obj<T: Object>(&self, obj: &T) -> Result<T, StoreError>;
     async fn update_status_obj<T: Object>(&self, obj: &T) -> Result<T, StoreError>;
-    async fn delete_obj<T: Object>(&self, namespace: &str, name: &str) -> Result<Deleted, StoreError>;
+    async fn delete_obj<T: Object>(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> Result<Deleted, StoreError>;
 }
 
 #[async_trait]
@@ -82,7 +86,11 @@ impl<S: Store + ?Sized> TypedStore for S {
     async fn update_status_obj<T: Object>(&self, obj: &T) -> Result<T, StoreError> {
         from_value(self.update_status(T::KIND, to_value(obj)?).await?)
     }
-    async fn delete_obj<T: Object>(&self, namespace: &str, name: &str) -> Result<Deleted, StoreError> {
+    async fn delete_obj<T: Object>(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> Result<Deleted, StoreError> {
         self.delete(T::KIND, namespace, name).await
     }
 }

@@ -1,0 +1,70 @@
+//! Shared harness for integration tests: processes that die with the test,
+//! network namespaces that are removed on drop, and paths to the tools the
+//! tests need. A missing tool is a loud failure, never a skip.
+#![allow(dead_code)]
+
+pub mod netns;
+pub mod proc;
+
+use std::path::PathBuf;
+
+/// Path of the `metalherd` binary built for this test run.
+pub fn metalherd_bin() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_metalherd"))
+}
+
+/// Repository root.
+pub fn repo_root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// The Python venv with the BMC emulators (created by scripts/setup).
+pub fn venv() -> PathBuf {
+    std::env::var_os("METALHERD_VENV")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| repo_root().join(".venv"))
+}
+
+/// Find a tool on PATH (or an absolute path); panic with the fix when missing.
+pub fn require_tool(name: &str) -> PathBuf {
+    let p = PathBuf::from(name);
+    if p.is_absolute() {
+        assert!(p.exists(), "{name} is missing: run scripts/setup");
+        return p;
+    }
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    for dir in std::env::split_paths(&path).chain(
+        ["/usr/sbin", "/sbin", "/usr/local/sbin"]
+            .iter()
+            .map(PathBuf::from),
+    ) {
+        let c = dir.join(name);
+        if c.is_file() {
+            return c;
+        }
+    }
+    panic!("required tool {name:?} is not installed: run scripts/setup");
+}
+
+/// Tests that need network namespaces run as root (CI does).
+pub fn require_root() {
+    assert!(
+        nix::unistd::Uid::effective().is_root(),
+        "this test creates network namespaces and must run as root"
+    );
+}
+
+/// A short unique suffix for names of namespaces, interfaces and files.
+pub fn unique(prefix: &str) -> String {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static N: AtomicU32 = AtomicU32::new(0);
+    let n = N.fetch_add(1, Ordering::Relaxed);
+    // Interface names are limited to 15 bytes: keep this short.
+    format!("{prefix}{:x}{n:x}", std::process::id() & 0xffff)
+}
+
+/// A free TCP/UDP port on loopback (best effort: bind 0 and release).
+pub fn free_port() -> u16 {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    l.local_addr().expect("addr").port()
+}
