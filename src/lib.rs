@@ -18,6 +18,7 @@ pub mod cluster;
 pub mod config;
 pub mod controller;
 pub mod dhcp;
+pub mod directory;
 pub mod http;
 pub mod ignition;
 pub mod store;

@@ -2,6 +2,9 @@
 //! MachineSet), the core objects we reuse (Secret, Event), and validation of
 //! manifests with field paths. Pure data: no I/O here.
 
+// kube-derive's repeated `printcolumn(type_ = ...)` trips this lint by design.
+#![allow(clippy::duplicated_attributes)]
+
 mod common;
 pub mod condition;
 pub mod discovered;

@@ -1,0 +1,335 @@
+//! The boot directory: an in-memory index from MAC (and IP) to what the
+//! network boot services need to know about a Machine, fed by a store watch
+//! so DHCP, TFTP and HTTP never wait on a store call per packet. Also the
+//! [`BootRecorder`], which appends boot-history steps to Machines off the
+//! hot path.
+
+use std::collections::HashMap;
+use std::net::Ipv4Addr;
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use futures::StreamExt;
+use ipnet::Ipv4Net;
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+use crate::api::validate::parse_mac;
+use crate::api::{BOOT_HISTORY_LIMIT, BootEvent, Kind, Machine, MachinePhase};
+use crate::store::typed::from_value;
+use crate::store::{ListOptions, Store, StoreError, TypedStore, WatchEvent};
+
+/// What a Machine should do when it network-boots now.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum BootIntent {
+    /// Install (or reimage): serve the installer with this boot's id.
+    Install { boot_id: String, purpose: String },
+    /// Provisioned and not being reimaged: boot from the local disk.
+    LocalDisk,
+    /// Known, but nothing to do (no class, or waiting): no OS is served.
+    Idle,
+}
+
+/// The boot-relevant view of one Machine.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MachineEntry {
+    pub namespace: String,
+    pub name: String,
+    pub uid: String,
+    pub mac: [u8; 6],
+    /// Reserved address with its subnet, from `spec.network.address`.
+    pub address: Option<Ipv4Net>,
+    pub gateway: Option<Ipv4Addr>,
+    pub dns: Vec<Ipv4Addr>,
+    pub hostname: Option<String>,
+    pub domain: Option<String>,
+    pub phase: MachinePhase,
+    pub intent: BootIntent,
+}
+
+impl MachineEntry {
+    /// Build the entry for a Machine; `None` when it has no usable boot MAC.
+    pub fn from_machine(m: &Machine) -> Option<MachineEntry> {
+        let mac = parse_mac(m.spec.boot_mac_address.as_deref()?)?;
+        let net = m.spec.network.clone().unwrap_or_default();
+        let status = m.status.clone().unwrap_or_default();
+        let phase = status.phase.unwrap_or_default();
+        let intent = match &status.boot {
+            Some(b) if b.completed_at.is_none() && b.purpose != "deprovision" => {
+                BootIntent::Install {
+                    boot_id: b.id.clone(),
+                    purpose: b.purpose.clone(),
+                }
+            }
+            _ if matches!(phase, MachinePhase::Provisioned | MachinePhase::Ready) => {
+                BootIntent::LocalDisk
+            }
+            _ => BootIntent::Idle,
+        };
+        Some(MachineEntry {
+            namespace: m
+                .metadata
+                .namespace
+                .clone()
+                .unwrap_or_else(|| "default".into()),
+            name: m.metadata.name.clone().unwrap_or_default(),
+            uid: m.metadata.uid.clone().unwrap_or_default(),
+            mac,
+            address: net.address.as_deref().and_then(|a| a.parse().ok()),
+            gateway: net.gateway.as_deref().and_then(|a| a.parse().ok()),
+            dns: net.dns.iter().filter_map(|d| d.parse().ok()).collect(),
+            hostname: net.hostname.clone().or_else(|| m.metadata.name.clone()),
+            domain: net.domain.clone(),
+            phase,
+            intent,
+        })
+    }
+}
+
+#[derive(Default)]
+struct Index {
+    by_key: HashMap<(String, String), Arc<MachineEntry>>,
+    by_mac: HashMap<[u8; 6], Arc<MachineEntry>>,
+    by_ip: HashMap<Ipv4Addr, Arc<MachineEntry>>,
+}
+
+/// Shared, cheap-to-clone index of Machines for the boot services.
+#[derive(Clone, Default)]
+pub struct Directory {
+    inner: Arc<RwLock<Index>>,
+}
+
+impl Directory {
+    pub fn new() -> Directory {
+        Directory::default()
+    }
+
+    pub fn by_mac(&self, mac: &[u8; 6]) -> Option<Arc<MachineEntry>> {
+        self.inner.read().ok()?.by_mac.get(mac).cloned()
+    }
+
+    pub fn by_ip(&self, ip: &Ipv4Addr) -> Option<Arc<MachineEntry>> {
+        self.inner.read().ok()?.by_ip.get(ip).cloned()
+    }
+
+    pub fn by_name(&self, namespace: &str, name: &str) -> Option<Arc<MachineEntry>> {
+        self.inner
+            .read()
+            .ok()?
+            .by_key
+            .get(&(namespace.to_string(), name.to_string()))
+            .cloned()
+    }
+
+    pub fn len(&self) -> usize {
+        self.inner.read().map(|i| i.by_key.len()).unwrap_or(0)
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Insert or replace the entry for a Machine (removes it when the
+    /// Machine has no usable boot MAC any more).
+    pub fn upsert(&self, m: &Machine) {
+        let key = (
+            m.metadata
+                .namespace
+                .clone()
+                .unwrap_or_else(|| "default".into()),
+            m.metadata.name.clone().unwrap_or_default(),
+        );
+        let Ok(mut idx) = self.inner.write() else {
+            return;
+        };
+        remove_key(&mut idx, &key);
+        if let Some(e) = MachineEntry::from_machine(m) {
+            let e = Arc::new(e);
+            idx.by_mac.insert(e.mac, e.clone());
+            if let Some(a) = e.address {
+                idx.by_ip.insert(a.addr(), e.clone());
+            }
+            idx.by_key.insert(key, e);
+        }
+    }
+
+    pub fn remove(&self, namespace: &str, name: &str) {
+        if let Ok(mut idx) = self.inner.write() {
+            remove_key(&mut idx, &(namespace.to_string(), name.to_string()));
+        }
+    }
+
+    /// Keep the index in step with the store until cancelled: list, then
+    /// watch from the list's version; on a watch error, list again.
+    pub async fn run(self, store: Arc<dyn Store>, cancel: CancellationToken) {
+        loop {
+            if cancel.is_cancelled() {
+                return;
+            }
+            if let Err(e) = self.sync_once(store.as_ref(), &cancel).await {
+                tracing::warn!(error = %e, "boot directory watch ended; relisting");
+                tokio::select! {
+                    _ = cancel.cancelled() => return,
+                    _ = tokio::time::sleep(Duration::from_millis(500)) => {}
+                }
+            }
+        }
+    }
+
+    async fn sync_once(
+        &self,
+        store: &dyn Store,
+        cancel: &CancellationToken,
+    ) -> Result<(), StoreError> {
+        let list = store.list(Kind::Machine, &ListOptions::default()).await?;
+        let mut fresh = Index::default();
+        for v in list.items {
+            if let Ok(m) = from_value::<Machine>(v)
+                && let Some(e) = MachineEntry::from_machine(&m)
+            {
+                let e = Arc::new(e);
+                fresh.by_mac.insert(e.mac, e.clone());
+                if let Some(a) = e.address {
+                    fresh.by_ip.insert(a.addr(), e.clone());
+                }
+                fresh
+                    .by_key
+                    .insert((e.namespace.clone(), e.name.clone()), e);
+            }
+        }
+        if let Ok(mut idx) = self.inner.write() {
+            *idx = fresh;
+        }
+        let mut w = store
+            .watch(
+                Kind::Machine,
+                &ListOptions::default(),
+                Some(list.resource_version),
+            )
+            .await?;
+        loop {
+            tokio::select! {
+                _ = cancel.cancelled() => return Ok(()),
+                ev = w.next() => match ev {
+                    None => return Err(StoreError::Backend("watch closed".into())),
+                    Some(Err(e)) => return Err(e),
+                    Some(Ok(ev)) => {
+                        let deleted = matches!(ev, WatchEvent::Deleted(_));
+                        if let Ok(m) = from_value::<Machine>(ev.object().clone()) {
+                            if deleted {
+                                let (ns, name) = crate::store::key_of(ev.object());
+                                self.remove(&ns, &name);
+                            } else {
+                                self.upsert(&m);
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+fn remove_key(idx: &mut Index, key: &(String, String)) {
+    if let Some(old) = idx.by_key.remove(key) {
+        if idx
+            .by_mac
+            .get(&old.mac)
+            .is_some_and(|e| Arc::ptr_eq(e, &old))
+        {
+            idx.by_mac.remove(&old.mac);
+        }
+        if let Some(a) = old.address
+            && idx
+                .by_ip
+                .get(&a.addr())
+                .is_some_and(|e| Arc::ptr_eq(e, &old))
+        {
+            idx.by_ip.remove(&a.addr());
+        }
+    }
+}
+
+/// Appends boot-history steps to Machines without making the caller wait:
+/// `record` never blocks (a full queue drops the step and counts it), and a
+/// background task writes them with conflict retries.
+#[derive(Clone)]
+pub struct BootRecorder {
+    tx: mpsc::Sender<(String, String, BootEvent)>,
+    dropped: Arc<std::sync::atomic::AtomicU64>,
+}
+
+impl BootRecorder {
+    /// Start the writer task; it ends when every recorder clone is dropped
+    /// or `cancel` fires.
+    pub fn spawn(store: Arc<dyn Store>, cancel: CancellationToken) -> BootRecorder {
+        let (tx, mut rx) = mpsc::channel::<(String, String, BootEvent)>(4096);
+        tokio::spawn(async move {
+            loop {
+                let item = tokio::select! {
+                    _ = cancel.cancelled() => return,
+                    i = rx.recv() => i,
+                };
+                let Some((ns, name, ev)) = item else { return };
+                if let Err(e) = append_boot_event(store.as_ref(), &ns, &name, ev).await {
+                    tracing::warn!(machine = %format!("{ns}/{name}"), error = %e, "cannot record boot step");
+                }
+            }
+        });
+        BootRecorder {
+            tx,
+            dropped: Arc::default(),
+        }
+    }
+
+    /// A recorder whose steps go nowhere (tests of protocol code).
+    pub fn discard() -> BootRecorder {
+        let (tx, _rx) = mpsc::channel(1);
+        BootRecorder {
+            tx,
+            dropped: Arc::default(),
+        }
+    }
+
+    pub fn record(&self, namespace: &str, name: &str, ev: BootEvent) {
+        if self
+            .tx
+            .try_send((namespace.to_string(), name.to_string(), ev))
+            .is_err()
+        {
+            self.dropped
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+    }
+
+    /// Steps dropped because the queue was full or closed.
+    pub fn dropped(&self) -> u64 {
+        self.dropped.load(std::sync::atomic::Ordering::Relaxed)
+    }
+}
+
+/// Append one step to a Machine's `status.bootHistory` (keeping the last
+/// [`BOOT_HISTORY_LIMIT`]), retrying on conflicts.
+pub async fn append_boot_event(
+    store: &dyn Store,
+    namespace: &str,
+    name: &str,
+    ev: BootEvent,
+) -> Result<(), StoreError> {
+    let mut last = None;
+    for _ in 0..10 {
+        let mut m: Machine = store.get_obj(namespace, name).await?;
+        let st = m.status.get_or_insert_with(Default::default);
+        st.boot_history.push(ev.clone());
+        let n = st.boot_history.len();
+        if n > BOOT_HISTORY_LIMIT {
+            st.boot_history.drain(..n - BOOT_HISTORY_LIMIT);
+        }
+        match store.update_status_obj(&m).await {
+            Ok(_) => return Ok(()),
+            Err(e) if e.is_conflict() => last = Some(e),
+            Err(e) => return Err(e),
+        }
+    }
+    Err(last.unwrap_or_else(|| StoreError::Backend("retries exhausted".into())))
+}
