@@ -1,2 +1,185 @@
-//! BMC drivers behind one `Bmc` trait: Redfish and IPMI, with verified
-//! actions. Never imports `controller`.
+//! BMC drivers behind one [`Bmc`] trait: Redfish and IPMI, with verified
+//! actions (read back boot overrides, poll power state until reached).
+//! Credentials never appear in errors, logs or Debug output.
+//! Never imports `controller`.
+
+use std::fmt;
+use std::time::Duration;
+
+use async_trait::async_trait;
+
+pub use crate::api::{Inventory, PowerState};
+
+/// A power action. Drivers pick the vendor's word for it (ResetType,
+/// chassis control code).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PowerAction {
+    On,
+    GracefulOff,
+    ForceOff,
+    /// Off then on (from any state: a server that is off is just powered on).
+    Cycle,
+    /// Warm reset.
+    Reset,
+}
+
+impl PowerAction {
+    /// The state the action must end in, when it has one.
+    pub fn target(self) -> PowerState {
+        match self {
+            PowerAction::On | PowerAction::Cycle | PowerAction::Reset => PowerState::On,
+            PowerAction::GracefulOff | PowerAction::ForceOff => PowerState::Off,
+        }
+    }
+}
+
+/// One-time boot device.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BootDevice {
+    Network,
+    Disk,
+}
+
+/// Firmware mode of a boot override.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FirmwareMode {
+    Uefi,
+    Legacy,
+}
+
+/// BMC username and password. Debug and Display never show the password.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Credentials {
+    pub username: String,
+    password: String,
+}
+
+impl Credentials {
+    pub fn new(username: impl Into<String>, password: impl Into<String>) -> Credentials {
+        Credentials {
+            username: username.into(),
+            password: password.into(),
+        }
+    }
+    /// The password, for the one place that sends it.
+    pub fn password(&self) -> &str {
+        &self.password
+    }
+}
+
+impl fmt::Debug for Credentials {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Credentials")
+            .field("username", &self.username)
+            .field("password", &"<redacted>")
+            .finish()
+    }
+}
+
+/// Deadlines and poll intervals for verified actions.
+#[derive(Clone, Copy, Debug)]
+pub struct Timing {
+    /// How long a power action may take to show in the power state.
+    pub power_deadline: Duration,
+    pub poll_interval: Duration,
+    /// Per-request timeout.
+    pub request_timeout: Duration,
+}
+
+impl Default for Timing {
+    fn default() -> Self {
+        Timing {
+            power_deadline: Duration::from_secs(120),
+            poll_interval: Duration::from_secs(1),
+            request_timeout: Duration::from_secs(20),
+        }
+    }
+}
+
+/// What can go wrong talking to a BMC. Messages never include credentials.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum BmcError {
+    #[error("bad credentials for BMC {address}")]
+    BadCredentials { address: String },
+    #[error("no such system at BMC {address}: {detail}")]
+    NoSuchSystem { address: String, detail: String },
+    #[error("BMC {address} unreachable: {detail}")]
+    Unreachable { address: String, detail: String },
+    #[error("BMC {address} timed out after {after:?}")]
+    Timeout { address: String, after: Duration },
+    #[error("TLS to BMC {address} failed: {detail}")]
+    Tls { address: String, detail: String },
+    #[error("BMC {address} accepted boot override {wanted} but reads back {got}")]
+    BootOverrideIgnored {
+        address: String,
+        wanted: String,
+        got: String,
+    },
+    #[error("BMC {address} did not reach power {wanted:?} within {after:?} (last seen {last:?})")]
+    PowerStateNotReached {
+        address: String,
+        wanted: PowerState,
+        last: PowerState,
+        after: Duration,
+    },
+    #[error("BMC {address} answered HTTP {status}: {detail}")]
+    Http {
+        address: String,
+        status: u16,
+        detail: String,
+    },
+    #[error("BMC {address} sent a malformed answer: {detail}")]
+    Protocol { address: String, detail: String },
+    #[error("BMC {address} does not support {what}")]
+    Unsupported { address: String, what: String },
+    #[error("BMC configuration: {0}")]
+    Config(String),
+}
+
+impl BmcError {
+    /// A short CamelCase reason for conditions, events and metrics labels.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            BmcError::BadCredentials { .. } => "BadCredentials",
+            BmcError::NoSuchSystem { .. } => "NoSuchSystem",
+            BmcError::Unreachable { .. } => "BmcUnreachable",
+            BmcError::Timeout { .. } => "BmcTimeout",
+            BmcError::Tls { .. } => "TlsError",
+            BmcError::BootOverrideIgnored { .. } => "BootOverrideIgnored",
+            BmcError::PowerStateNotReached { .. } => "PowerStateNotReached",
+            BmcError::Http { .. } => "BmcHttpError",
+            BmcError::Protocol { .. } => "BmcProtocolError",
+            BmcError::Unsupported { .. } => "Unsupported",
+            BmcError::Config(_) => "BmcConfigError",
+        }
+    }
+
+    /// Whether retrying later may help (the controller backs off on these).
+    pub fn is_transient(&self) -> bool {
+        matches!(
+            self,
+            BmcError::Unreachable { .. }
+                | BmcError::Timeout { .. }
+                | BmcError::Http { .. }
+                | BmcError::PowerStateNotReached { .. }
+                | BmcError::BootOverrideIgnored { .. }
+        )
+    }
+}
+
+/// One server's BMC. Every action is verified before it returns Ok.
+#[async_trait]
+pub trait Bmc: Send + Sync {
+    async fn power_state(&self) -> Result<PowerState, BmcError>;
+    /// Perform the action and poll until the target state is reached or the
+    /// deadline passes (`PowerStateNotReached`).
+    async fn power(&self, action: PowerAction) -> Result<(), BmcError>;
+    /// Set a one-time boot override and read it back (`BootOverrideIgnored`).
+    async fn set_boot_once(&self, device: BootDevice, mode: FirmwareMode) -> Result<(), BmcError>;
+    async fn inventory(&self) -> Result<Inventory, BmcError>;
+    /// End the session (Redfish logout, IPMI close). Idempotent.
+    async fn close(&self) -> Result<(), BmcError> {
+        Ok(())
+    }
+}
