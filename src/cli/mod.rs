@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use clap::{Args, Parser, Subcommand};
 
 pub mod bmc;
+pub mod client;
 pub mod objects;
 pub mod render;
 
