@@ -49,15 +49,17 @@ pub async fn serve(global: &crate::cli::GlobalArgs, args: ServeArgs) -> anyhow::
         None => None,
     };
     let store_path = data_dir.join(STORE_FILE);
-    let store: Arc<dyn Store> = Arc::new(
-        EmbeddedStore::open(&store_path)
-            .map_err(|e| anyhow::anyhow!("{e} (is another metalherd using this data directory?)"))?,
-    );
+    let store: Arc<dyn Store> =
+        Arc::new(EmbeddedStore::open(&store_path).map_err(|e| {
+            anyhow::anyhow!("{e} (is another metalherd using this data directory?)")
+        })?);
     let token = load_or_create_token(&data_dir)?;
-    let addr: SocketAddr = args
-        .listen
-        .parse()
-        .with_context(|| format!("--listen {:?} is not an address like 127.0.0.1:7080", args.listen))?;
+    let addr: SocketAddr = args.listen.parse().with_context(|| {
+        format!(
+            "--listen {:?} is not an address like 127.0.0.1:7080",
+            args.listen
+        )
+    })?;
     let listener = tokio::net::TcpListener::bind(addr).await.map_err(|e| {
         if e.kind() == std::io::ErrorKind::AddrInUse {
             anyhow::anyhow!("cannot listen on {addr}: the port is in use (another metalherd running? choose another with --listen)")
@@ -90,8 +92,8 @@ pub async fn serve(global: &crate::cli::GlobalArgs, args: ServeArgs) -> anyhow::
         cancel: cancel.clone(),
         metrics: api_metrics.clone(),
     };
-    let protected = crate::http::api::routes(state)
-        .merge(crate::http::ops::metrics_routes(registry.clone()));
+    let protected =
+        crate::http::api::routes(state).merge(crate::http::ops::metrics_routes(registry.clone()));
     // ---- The web UI's routes merge into `protected` here. ----
     let app = crate::http::api::protect(
         protected,
@@ -113,10 +115,8 @@ pub async fn serve(global: &crate::cli::GlobalArgs, args: ServeArgs) -> anyhow::
         .await;
     // Whatever ended the server ends everything else too.
     cancel.cancel();
-    let drained = tokio::time::timeout(DRAIN, async {
-        while tasks.join_next().await.is_some() {}
-    })
-    .await;
+    let drained =
+        tokio::time::timeout(DRAIN, async { while tasks.join_next().await.is_some() {} }).await;
     if drained.is_err() {
         tracing::warn!("services did not stop within {DRAIN:?}; exiting anyway");
         tasks.abort_all();
@@ -147,8 +147,9 @@ fn spawn_signal_handler(cancel: CancellationToken) -> anyhow::Result<()> {
 /// Create the data directory and prove it is writable, with one clear line
 /// when it is not.
 pub fn prepare_data_dir(dir: &Path) -> anyhow::Result<()> {
-    let unwritable =
-        |e: std::io::Error| anyhow::anyhow!("data directory {} is not writable: {e}", dir.display());
+    let unwritable = |e: std::io::Error| {
+        anyhow::anyhow!("data directory {} is not writable: {e}", dir.display())
+    };
     std::fs::create_dir_all(dir).map_err(unwritable)?;
     let probe = dir.join(".write-test");
     std::fs::write(&probe, b"").map_err(unwritable)?;

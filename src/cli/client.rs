@@ -162,8 +162,13 @@ impl ApiClient {
     }
 
     pub async fn get(&self, kind: Kind, ns: &str, name: &str) -> Result<Value, ClientError> {
-        self.send(Method::GET, &Self::path(kind, Some(ns), Some(name)), None, None)
-            .await
+        self.send(
+            Method::GET,
+            &Self::path(kind, Some(ns), Some(name)),
+            None,
+            None,
+        )
+        .await
     }
 
     /// A List object (`items`, `metadata.resourceVersion`). `ns` None lists
@@ -185,8 +190,13 @@ impl ApiClient {
     /// Create `obj` in its `metadata.namespace` (default `default`).
     pub async fn create(&self, kind: Kind, obj: &Value) -> Result<Value, ClientError> {
         let (ns, _) = crate::store::key_of(obj);
-        self.send(Method::POST, &Self::path(kind, Some(&ns), None), Some(obj), None)
-            .await
+        self.send(
+            Method::POST,
+            &Self::path(kind, Some(&ns), None),
+            Some(obj),
+            None,
+        )
+        .await
     }
 
     /// Replace (PUT) `obj`; a `metadata.resourceVersion` makes it conditional.
@@ -276,7 +286,8 @@ impl ApiClient {
         let url = format!("{}{p}", self.base);
         let resp = self.request(Method::GET, &url, None, None).await?;
         let resp = self.check(&url, resp).await?;
-        let chunks: ChunkStream = Box::pin(resp.bytes_stream().map(|r| r.map_err(|e| e.to_string())));
+        let chunks: ChunkStream =
+            Box::pin(resp.bytes_stream().map(|r| r.map_err(|e| e.to_string())));
         let url2 = url.clone();
         let s = lines(chunks).map(move |line| {
             let line = line.map_err(|detail| ClientError::Http {
@@ -362,7 +373,10 @@ impl ApiClient {
             url: url.to_string(),
             detail: format!(
                 "HTTP {code}: {}",
-                String::from_utf8_lossy(&body).chars().take(200).collect::<String>()
+                String::from_utf8_lossy(&body)
+                    .chars()
+                    .take(200)
+                    .collect::<String>()
             ),
         })
     }

@@ -212,7 +212,13 @@ pub async fn create(
             obj.remove("status");
         }
         if let Some(m) = obj.get_mut("metadata").and_then(Value::as_object_mut) {
-            for f in ["resourceVersion", "uid", "creationTimestamp", "generation", "deletionTimestamp"] {
+            for f in [
+                "resourceVersion",
+                "uid",
+                "creationTimestamp",
+                "generation",
+                "deletionTimestamp",
+            ] {
                 m.remove(f);
             }
         }
@@ -292,9 +298,7 @@ async fn merge_patch(
         return Err(ApiError::new(
             StatusCode::UNSUPPORTED_MEDIA_TYPE,
             "UnsupportedMediaType",
-            format!(
-                "PATCH supports Content-Type application/merge-patch+json only, got {ct:?}"
-            ),
+            format!("PATCH supports Content-Type application/merge-patch+json only, got {ct:?}"),
         ));
     }
     let patch = parse_body(body)?;

@@ -103,7 +103,9 @@ fn group_routes(group: Group) -> Router<ApiState> {
 pub fn protect(protected: Router, public: Router, token: &str, metrics: ApiMetrics) -> Router {
     let token: Arc<[u8]> = Arc::from(token.as_bytes());
     protected
-        .fallback(|| async { ApiError::not_found("the server could not find the requested resource") })
+        .fallback(|| async {
+            ApiError::not_found("the server could not find the requested resource")
+        })
         .layer(middleware::from_fn_with_state(token, require_token))
         .merge(public)
         .layer(middleware::from_fn_with_state(metrics, trace_request))
@@ -131,7 +133,8 @@ async fn trace_request(State(metrics): State<ApiMetrics>, req: Request, next: Ne
     let method = ApiMetrics::method_label(req.method());
     // The path only: query strings and headers stay out of logs.
     let path = req.uri().path().to_string();
-    let span = tracing::info_span!("http_request", method, path = %path, status = tracing::field::Empty);
+    let span =
+        tracing::info_span!("http_request", method, path = %path, status = tracing::field::Empty);
     let start = Instant::now();
     let resp = next.run(req).instrument(span.clone()).await;
     let code = resp.status().as_u16();

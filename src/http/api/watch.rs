@@ -71,10 +71,13 @@ pub async fn watch(
         }
     };
     let gauge = WatchGauge::new(st.metrics.watches.clone());
-    let body = added.chain(changes).take_until(Box::pin(end)).map(move |b| {
-        let _keep = &gauge;
-        b
-    });
+    let body = added
+        .chain(changes)
+        .take_until(Box::pin(end))
+        .map(move |b| {
+            let _keep = &gauge;
+            b
+        });
     let body: std::pin::Pin<Box<dyn Stream<Item = Result<Bytes, Infallible>> + Send>> =
         Box::pin(body);
     Response::builder()
