@@ -192,11 +192,11 @@ async fn apply_one(
         what: what.clone(),
         errs,
     })?;
-    let modified = normalize(kind, &doc).map_err(|errs| ApplyError::Invalid {
+    let full = normalize(kind, &doc).map_err(|errs| ApplyError::Invalid {
         what: what.clone(),
         errs,
     })?;
-    let modified = applied_part(&modified);
+    let modified = applied_part(&full);
     let last = last_applied_text(kind, &modified);
     let server = |e: ClientError| match e {
         ClientError::Api(s) if !s.causes.is_empty() => ApplyError::Invalid {
@@ -207,10 +207,11 @@ async fn apply_one(
     };
     match client.get(kind, &ns, &name).await {
         Err(e) if e.is_not_found() => {
-            let mut obj = modified.clone();
+            let mut obj = full;
+            if let Some(o) = obj.as_object_mut() {
+                o.remove("status");
+            }
             set_annotation(&mut obj, &last);
-            obj["apiVersion"] = kind.api_version().into();
-            obj["kind"] = kind.as_str().into();
             client.create(kind, &obj).await.map_err(server)?;
             Ok(format!("{what} created"))
         }

@@ -4,6 +4,7 @@
 
 use axum::Extension;
 use axum::body::Bytes;
+use axum::extract::rejection::QueryRejection;
 use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
@@ -28,6 +29,11 @@ pub struct ListQuery {
 
 type Res = Result<Response, ApiError>;
 
+fn query(q: Result<Query<ListQuery>, QueryRejection>) -> Result<ListQuery, ApiError> {
+    q.map(|Query(q)| q)
+        .map_err(|e| ApiError::bad_request(e.body_text()))
+}
+
 fn kind_of(group: Group, plural: &str) -> Result<Kind, ApiError> {
     group
         .kind(plural)
@@ -50,9 +56,10 @@ pub async fn list_namespaced(
     State(st): State<ApiState>,
     Extension(group): Extension<Group>,
     Path((ns, plural)): Path<(String, String)>,
-    Query(q): Query<ListQuery>,
+    q: Result<Query<ListQuery>, QueryRejection>,
 ) -> Res {
     check_ns(&ns)?;
+    let q = query(q)?;
     list_or_watch(st, kind_of(group, &plural)?, Some(ns), q).await
 }
 
@@ -60,8 +67,9 @@ pub async fn list_all(
     State(st): State<ApiState>,
     Extension(group): Extension<Group>,
     Path(plural): Path<String>,
-    Query(q): Query<ListQuery>,
+    q: Result<Query<ListQuery>, QueryRejection>,
 ) -> Res {
+    let q = query(q)?;
     list_or_watch(st, kind_of(group, &plural)?, None, q).await
 }
 

@@ -151,8 +151,11 @@ async fn trace_request(State(metrics): State<ApiMetrics>, req: Request, next: Ne
     let ms = elapsed.as_secs_f64() * 1000.0;
     if code >= 500 {
         tracing::warn!(parent: &span, ms, "request failed");
+    } else if code == 401 {
+        tracing::info!(parent: &span, ms, "request without a valid token");
     } else if code >= 400 {
-        tracing::info!(parent: &span, ms, "request refused");
+        // 404s are routine (apply probes before creating): keep them quiet.
+        tracing::debug!(parent: &span, ms, "request refused");
     } else {
         tracing::debug!(parent: &span, ms, "request");
     }
