@@ -3,8 +3,10 @@
 //! tests need. A missing tool is a loud failure, never a skip.
 #![allow(dead_code)]
 
+pub mod manifests;
 pub mod netns;
 pub mod proc;
+pub mod server;
 
 use std::path::PathBuf;
 
