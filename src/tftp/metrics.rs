@@ -22,8 +22,8 @@ pub struct ReasonLabel {
 #[derive(Clone, Default, Debug)]
 pub struct TftpMetrics {
     /// Finished transfers by outcome: `complete`, `client_error`,
-    /// `timed_out`, `not_found`, `forbidden`, `write_refused`, `read_error`,
-    /// `socket_error`, `shutdown`.
+    /// `client_gone`, `timed_out`, `not_found`, `forbidden`, `write_refused`,
+    /// `read_error`, `socket_error`, `shutdown`.
     pub transfers: Family<OutcomeLabel, Counter>,
     /// File bytes sent (first transmissions only).
     pub bytes: Counter,

@@ -218,7 +218,7 @@ async fn transfer(ctx: &Ctx, peer: SocketAddr, write: bool, req: Request, stop: 
     let (outcome, bytes) = transfer_inner(ctx, peer, write, &req, stop).await;
     ctx.metrics.active.dec();
     ctx.metrics.transfer(outcome);
-    if outcome == "complete" || outcome == "client_error" {
+    if matches!(outcome, "complete" | "client_error" | "client_gone") {
         tracing::debug!(outcome, bytes, "tftp transfer finished");
     } else {
         tracing::info!(outcome, bytes, "tftp transfer failed");
@@ -349,6 +349,8 @@ async fn transfer_inner(
                 .await;
             "read_error"
         }
+        // The client's port is closed (ICMP port unreachable): it is gone.
+        End::Socket(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => "client_gone",
         End::Socket(e) => {
             tracing::debug!(error = %e, "tftp transfer socket failed");
             "socket_error"

@@ -82,7 +82,9 @@ pub fn negotiate(req: &Request, size: Option<u64>, limits: &Limits) -> Negotiate
                 n.timeout = Duration::from_secs(v);
                 Some(v.to_string())
             }
-            ("tsize", Some(_)) => size.map(|s| s.to_string()),
+            // curl (7.88) rejects an OACK with `tsize 0` as invalid, so an
+            // empty file's size is left out; the client learns it anyway.
+            ("tsize", Some(_)) => size.filter(|&s| s > 0).map(|s| s.to_string()),
             _ => None,
         };
         if let Some(v) = accepted {

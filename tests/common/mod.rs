@@ -5,6 +5,7 @@
 
 pub mod netns;
 pub mod proc;
+pub mod tftp;
 
 use std::path::PathBuf;
 
