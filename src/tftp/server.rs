@@ -273,25 +273,29 @@ async fn transfer_inner(
     };
 
     let mut out = Vec::with_capacity(16);
+    let mut batch = Vec::with_capacity(16);
     let mut session = Session::new(req, file.size(), &ctx.limits, Instant::now(), &mut out);
     let mut data = vec![0u8; usize::from(session.negotiated().blksize)];
     let mut rbuf = vec![0u8; 2048];
-    let mut deadline = tokio::time::Instant::now() + Duration::from_secs(3600);
+    // One timer and one cancellation waiter for the whole transfer, reset
+    // in place: cheaper than new ones for every packet.
+    let timer = tokio::time::sleep(Duration::from_secs(3600));
+    tokio::pin!(timer);
+    let stopped = stop.cancelled();
+    tokio::pin!(stopped);
     let end = 'run: loop {
         // Carry out what the session asked for; a Read feeds more actions.
-        loop {
-            let batch = std::mem::take(&mut out);
-            if batch.is_empty() {
-                break;
-            }
-            for action in batch {
+        let mut armed = None;
+        while !out.is_empty() {
+            std::mem::swap(&mut out, &mut batch);
+            for action in batch.drain(..) {
                 match action {
                     Action::Send(b) => {
                         if let Err(e) = send(&sock, &b).await {
                             break 'run End::Socket(e);
                         }
                     }
-                    Action::Arm(t) => deadline = tokio::time::Instant::from_std(t),
+                    Action::Arm(t) => armed = Some(t),
                     Action::Read { len } => {
                         let buf = data.get_mut(..len).unwrap_or_default();
                         match file.read(buf).await {
@@ -306,9 +310,13 @@ async fn transfer_inner(
                 }
             }
         }
+        // Only the last Arm of a burst counts: reset the timer once.
+        if let Some(t) = armed {
+            timer.as_mut().reset(tokio::time::Instant::from_std(t));
+        }
         tokio::select! {
             biased;
-            _ = stop.cancelled() => break End::Shutdown,
+            _ = &mut stopped => break End::Shutdown,
             r = sock.recv(&mut rbuf) => match r {
                 Ok(n) => {
                     let bytes = rbuf.get(..n).unwrap_or_default();
@@ -318,7 +326,18 @@ async fn transfer_inner(
                 }
                 Err(e) => break End::Socket(e),
             },
-            _ = tokio::time::sleep_until(deadline) => session.on_timer(Instant::now(), &mut out),
+            _ = &mut timer => {
+                // Park the timer until the session arms it again.
+                let now = Instant::now();
+                timer.as_mut().reset(tokio::time::Instant::now() + Duration::from_secs(3600));
+                session.on_timer(now, &mut out);
+                if out.is_empty()
+                    && let Some(d) = session.deadline()
+                {
+                    // An early tick: wait for the deadline still pending.
+                    timer.as_mut().reset(tokio::time::Instant::from_std(d));
+                }
+            }
         }
     };
 

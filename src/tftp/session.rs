@@ -205,6 +205,12 @@ impl Session {
         self.bytes_read
     }
 
+    /// When the session wants [`Session::on_timer`] called (the last
+    /// [`Action::Arm`]); `None` once done.
+    pub fn deadline(&self) -> Option<Instant> {
+        self.deadline
+    }
+
     pub fn is_done(&self) -> bool {
         self.state == State::Done
     }
