@@ -48,7 +48,14 @@ async fn curl_fetches_files_byte_identical() {
     let o = curl(&fx.url("virtual/hello.txt"), &out, &[]).await;
     assert!(o.status.success(), "{o:?}");
     assert_eq!(std::fs::read(&out).unwrap(), b"hello from memory\n");
-    assert_eq!(fx.metrics.transfers_with("complete"), n + 1);
+    // netascii (RFC 1350): LF goes out as CR LF, a bare CR as CR NUL; curl
+    // writes what it receives.
+    fx.mem.insert("text.txt", &b"one\ntwo\r\nthree\r"[..]);
+    let out = out_dir.path().join("netascii");
+    let o = curl(&fx.url("text.txt;mode=netascii"), &out, &[]).await;
+    assert!(o.status.success(), "{o:?}");
+    assert_eq!(std::fs::read(&out).unwrap(), b"one\r\ntwo\r\0\r\nthree\r\0");
+    assert_eq!(fx.metrics.transfers_with("complete"), n + 2);
     fx.stop().await;
 }
 

@@ -19,9 +19,9 @@ use tracing::Instrument;
 use super::config::{ConfigError, TftpConfig};
 use super::events::{TftpEvents, TransferReport};
 use super::metrics::TftpMetrics;
-use super::packet::{self, Packet, Request, code};
+use super::packet::{self, Mode, Packet, Request, code};
 use super::session::{Action, Limits, Outcome, Session};
-use super::source::{FileSource, SourceError};
+use super::source::{FileSource, Netascii, SourceError};
 
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -272,6 +272,9 @@ async fn transfer_inner(
         }
     };
 
+    if req.mode == Mode::Netascii {
+        file = Box::new(Netascii::new(file));
+    }
     let mut out = Vec::with_capacity(16);
     let mut batch = Vec::with_capacity(16);
     let mut session = Session::new(req, file.size(), &ctx.limits, Instant::now(), &mut out);
