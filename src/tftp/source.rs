@@ -92,19 +92,19 @@ impl DirSource {
     pub fn root(&self) -> &Path {
         &self.root
     }
+}
 
-    /// Resolve a request to a path inside the root, following symlinks
-    /// only as long as they stay inside it.
-    fn resolve(&self, name: &str) -> Result<PathBuf, SourceError> {
-        let parts = sanitize(name)?;
-        let mut p = self.root.clone();
-        p.extend(parts);
-        let real = p.canonicalize().map_err(map_io)?;
-        if !real.starts_with(&self.root) {
-            return Err(SourceError::Forbidden);
-        }
-        Ok(real)
+/// Resolve a request to a path inside `root` (canonical), following
+/// symlinks only as long as they stay inside it.
+fn resolve(root: &Path, name: &str) -> Result<PathBuf, SourceError> {
+    let parts = sanitize(name)?;
+    let mut p = root.to_path_buf();
+    p.extend(parts);
+    let real = p.canonicalize().map_err(map_io)?;
+    if !real.starts_with(root) {
+        return Err(SourceError::Forbidden);
     }
+    Ok(real)
 }
 
 fn map_io(e: std::io::Error) -> SourceError {
@@ -138,10 +138,14 @@ fn open_regular(path: &Path) -> Result<(std::fs::File, u64), SourceError> {
 #[async_trait]
 impl FileSource for DirSource {
     async fn open(&self, name: &str) -> Result<Box<dyn FileHandle>, SourceError> {
-        let path = self.resolve(name)?;
-        let (file, size) = tokio::task::spawn_blocking(move || open_regular(&path))
-            .await
-            .map_err(|e| SourceError::Io(std::io::Error::other(e)))??;
+        // Refuse bad names before any file system call.
+        sanitize(name)?;
+        let root = self.root.clone();
+        let name = name.to_string();
+        let (file, size) =
+            tokio::task::spawn_blocking(move || open_regular(&resolve(&root, &name)?))
+                .await
+                .map_err(|e| SourceError::Io(std::io::Error::other(e)))??;
         Ok(Box::new(DirFile {
             file: Some(file),
             size,
