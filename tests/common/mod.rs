@@ -7,6 +7,7 @@ pub mod manifests;
 pub mod netns;
 pub mod proc;
 pub mod server;
+pub mod tftp;
 
 use std::path::PathBuf;
 
