@@ -68,7 +68,9 @@ pub fn ipmitool_power(port: u16, suite: u8) -> String {
 
 fn wait_ready(port: u16, suite: u8, what: &str, log: &Path) {
     let ok = wait_for(Duration::from_secs(20), || {
-        ipmitool(port, suite, PASSWORD, &["power", "status"]).0.then_some(())
+        ipmitool(port, suite, PASSWORD, &["power", "status"])
+            .0
+            .then_some(())
     });
     assert!(
         ok.is_some(),
@@ -95,7 +97,10 @@ impl IpmiSim {
             .expect("lan.conf.in")
             .replace("@PORT@", &port.to_string())
             .replace("@STATE@", &dir.path().display().to_string())
-            .replace("@CHASSIS@", &fixtures.join("chassis.sh").display().to_string());
+            .replace(
+                "@CHASSIS@",
+                &fixtures.join("chassis.sh").display().to_string(),
+            );
         let conf_path = dir.path().join("lan.conf");
         std::fs::write(&conf_path, conf).expect("write lan.conf");
         let log = dir.path().join("ipmi_sim.log");
@@ -110,7 +115,11 @@ impl IpmiSim {
             .arg("-n");
         let child = ChildGuard::spawn("ipmi_sim", &mut cmd, &log);
         wait_ready(port, 3, "ipmi_sim", &log);
-        IpmiSim { port, dir, _child: child }
+        IpmiSim {
+            port,
+            dir,
+            _child: child,
+        }
     }
 
     /// Turn a fault switch of chassis.sh on or off ("stuck-power",
@@ -141,19 +150,35 @@ pub struct PyghmiBmc {
 impl PyghmiBmc {
     pub fn start(suite17: bool) -> PyghmiBmc {
         let python = venv().join("bin/python");
-        assert!(python.exists(), "{} is missing: run scripts/setup", python.display());
+        assert!(
+            python.exists(),
+            "{} is missing: run scripts/setup",
+            python.display()
+        );
         let dir = tempfile::tempdir().expect("tempdir");
         let port = free_udp_port();
         let log = dir.path().join("pyghmi.log");
         let mut cmd = Command::new(python);
         cmd.arg(repo_root().join("tests/fixtures/pyghmi/bmc.py"))
-            .args(["--port", &port.to_string(), "--user", USER, "--password", PASSWORD]);
+            .args([
+                "--port",
+                &port.to_string(),
+                "--user",
+                USER,
+                "--password",
+                PASSWORD,
+            ]);
         if suite17 {
             cmd.arg("--suite17");
         }
         let child = ChildGuard::spawn("pyghmi bmc", &mut cmd, &log);
         wait_ready(port, 3, "pyghmi bmc", &log);
-        PyghmiBmc { port, log, _dir: dir, _child: child }
+        PyghmiBmc {
+            port,
+            log,
+            _dir: dir,
+            _child: child,
+        }
     }
 }
 
@@ -182,8 +207,11 @@ impl UdpProxy {
         let front = UdpSocket::bind("127.0.0.1:0").expect("bind proxy");
         let back = UdpSocket::bind("127.0.0.1:0").expect("bind proxy back");
         back.connect(("127.0.0.1", bmc_port)).expect("connect bmc");
-        front.set_read_timeout(Some(Duration::from_millis(20))).expect("timeout");
-        back.set_read_timeout(Some(Duration::from_millis(20))).expect("timeout");
+        front
+            .set_read_timeout(Some(Duration::from_millis(20)))
+            .expect("timeout");
+        back.set_read_timeout(Some(Duration::from_millis(20)))
+            .expect("timeout");
         let port = front.local_addr().expect("addr").port();
         let stop = Arc::new(AtomicBool::new(false));
         let replies = Arc::new(AtomicU64::new(0));
@@ -215,7 +243,12 @@ impl UdpProxy {
                 }
             }
         });
-        UdpProxy { port, stop, thread: Some(thread), replies }
+        UdpProxy {
+            port,
+            stop,
+            thread: Some(thread),
+            replies,
+        }
     }
 }
 

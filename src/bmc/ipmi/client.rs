@@ -21,7 +21,9 @@ use crate::bmc::Credentials;
 /// Largest datagram we accept (IPMI LAN messages are far smaller).
 const MAX_DATAGRAM: usize = 1024;
 /// Whole handshakes tried before giving up (each restarts from scratch).
-const HANDSHAKE_ATTEMPTS: u32 = 3;
+const HANDSHAKE_ATTEMPTS: u32 = 2;
+/// Times one handshake step is sent before the handshake restarts.
+const STEP_SENDS: u32 = 3;
 
 /// How long one attempt waits before retransmitting: a quarter of the
 /// request deadline, between 100 ms and 2 s.
@@ -51,14 +53,14 @@ async fn bind_connected(peer: SocketAddr) -> Result<UdpSocket, IpmiError> {
     Ok(sock)
 }
 
-/// Errors that end a handshake at once (the BMC said no, or proved it does
-/// not share our password); any other bad datagram is dropped.
+/// Errors that end a handshake at once (the BMC said no); any other bad
+/// datagram is dropped. A RAKP 2 or 4 code that does not verify is held
+/// until the step times out: a wrong password and a corrupted or forged
+/// datagram look the same, and only the second is followed by a good one.
 fn definitive(e: &IpmiError) -> bool {
     matches!(
         e,
         IpmiError::RakpStatus { .. }
-            | IpmiError::AuthCodeMismatch
-            | IpmiError::Rakp4Mismatch
             | IpmiError::AlgorithmMismatch { .. }
             | IpmiError::NoIpmi2
             | IpmiError::Completion { .. }
@@ -99,11 +101,25 @@ pub async fn establish(
         // Each step gets its own attempt timeout; a silent step restarts the
         // handshake (a BMC may have kept state from the lost exchange).
         let mut step_deadline = Instant::now() + per_attempt;
+        let mut sends = 1;
+        let mut unverified: Option<IpmiError> = None;
         loop {
             let n = match timeout_at(step_deadline, sock.recv(&mut buf)).await {
                 Err(_) => {
-                    tracing::debug!(attempt, "IPMI handshake step timed out");
-                    break;
+                    if let Some(e) = unverified {
+                        return Err(e);
+                    }
+                    if sends >= STEP_SENDS {
+                        tracing::debug!(attempt, "IPMI handshake step unanswered, restarting");
+                        break;
+                    }
+                    // Resending a step is safe: a BMC answers a repeated
+                    // request again, and a late first answer is stray.
+                    metrics::retransmitted();
+                    sock.send(&out).await.map_err(io)?;
+                    sends += 1;
+                    step_deadline = Instant::now() + per_attempt;
+                    continue;
                 }
                 Ok(r) => r.map_err(io)?,
             };
@@ -111,15 +127,22 @@ pub async fn establish(
                 Ok(Step::Send(p)) => {
                     out = p;
                     sock.send(&out).await.map_err(io)?;
+                    sends = 1;
                     step_deadline = Instant::now() + per_attempt;
                 }
                 Ok(Step::Established(session)) => return Ok(Conn { sock, session }),
                 Err(e) if definitive(&e) => return Err(e),
+                Err(e @ (IpmiError::AuthCodeMismatch | IpmiError::Rakp4Mismatch)) => {
+                    metrics::dropped(&e);
+                    unverified = Some(e);
+                }
                 Err(e) => metrics::dropped(&e),
             }
         }
     }
-    Err(IpmiError::Timeout(per_attempt * HANDSHAKE_ATTEMPTS))
+    Err(IpmiError::Timeout(
+        per_attempt * HANDSHAKE_ATTEMPTS * STEP_SENDS,
+    ))
 }
 
 impl Conn {

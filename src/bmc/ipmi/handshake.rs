@@ -224,6 +224,9 @@ impl Handshake {
                 let inputs = self.inputs(managed_sid, &rc, &guid);
                 let expected = crypto::rakp2_code(self.p.suite, &self.p.password, &inputs);
                 if !crypto::codes_equal(&expected, &b[40..40 + code_len]) {
+                    // Stay in this state: a forged or corrupted RAKP 2 must
+                    // not end the exchange (the driver decides when to give up).
+                    self.state = State::Rakp2 { managed_sid };
                     return Err(IpmiError::AuthCodeMismatch);
                 }
                 let keys = SessionKeys::derive(self.p.suite, &self.p.password, &inputs);
@@ -283,6 +286,12 @@ impl Handshake {
                 let inputs = self.inputs(managed_sid, &rc, &guid);
                 let expected = crypto::rakp4_icv(self.p.suite, &keys.sik, &inputs);
                 if !crypto::codes_equal(&expected, &b[8..8 + icv_len]) {
+                    self.state = State::Rakp4 {
+                        managed_sid,
+                        rc,
+                        guid,
+                        keys,
+                    };
                     return Err(IpmiError::Rakp4Mismatch);
                 }
                 Ok(Step::Established(Session::new(

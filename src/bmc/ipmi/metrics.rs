@@ -69,3 +69,8 @@ pub fn dropped_count(reason: &'static str) -> u64 {
         .get_or_create(&ReasonLabels { reason })
         .get()
 }
+
+/// Retransmissions so far (tests read this).
+pub fn retransmit_count() -> u64 {
+    METRICS.retransmits.get()
+}
