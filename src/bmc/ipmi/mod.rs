@@ -17,6 +17,9 @@ pub mod metrics;
 pub mod session;
 pub mod wire;
 
+#[cfg(test)]
+mod tests;
+
 use std::net::SocketAddr;
 use std::time::Duration;
 
