@@ -203,7 +203,9 @@ pub struct Observed {
     pub bmc: BmcObserved,
     pub class: ClassObserved,
     pub node: NodeObserved,
-    /// The boot-storm limit lets this machine start (or keep) a boot.
+    /// The boot-storm limit lets this machine start (or keep) a boot: the
+    /// executor asks `BootSlots::would_admit`, takes the slot when the plan
+    /// mints a boot, and gives it back once [`holds_boot_slot`] is false.
     pub boot_slot: bool,
     pub limits: Limits,
 }
@@ -443,6 +445,15 @@ pub fn boot_outcome(status: &MachineStatus, boot: &BootRecord) -> Option<BootOut
             "Failed" => Some(BootOutcome::Failed(e.detail.clone())),
             _ => None,
         })
+}
+
+/// Whether a machine with this status occupies a boot-storm slot: it has a
+/// network boot open. Rebuilding the slot table after a restart uses this.
+pub fn holds_boot_slot(status: &MachineStatus) -> bool {
+    status
+        .boot
+        .as_ref()
+        .is_some_and(|b| b.completed_at.is_none())
 }
 
 /// Whether the installed OS of `boot_id` called home `booted`.

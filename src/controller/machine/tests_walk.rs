@@ -8,7 +8,7 @@
 
 use std::collections::BTreeMap;
 
-use super::super::plan::BootPurpose;
+use super::super::plan::{BootPurpose, holds_boot_slot};
 use super::*;
 use crate::controller::storm::BootSlots;
 
@@ -257,7 +257,7 @@ impl World {
                 StepKind::Schedule => {}
             }
         }
-        if self.status().boot.is_none_or(|b| b.completed_at.is_some()) {
+        if !holds_boot_slot(&self.status()) {
             self.slots.release(&self.name());
         }
         plan
