@@ -165,7 +165,7 @@ impl Planner<'_> {
         }
         if self.progress().get(progress::POWER_CYCLED_FOR) != Some(&b.id) {
             let BmcObserved::Reachable { power } = self.o.bmc else {
-                return wait(limits.bmc_retry, "BMC");
+                return self.wait_bmc();
             };
             self.push(Step::SetBootOnce(BootDevice::Network));
             // The marker goes first: after a crash the cycle is not repeated.
@@ -364,7 +364,7 @@ impl Planner<'_> {
                 self.push(Step::PowerOff);
                 return wait(limits.poll, "power off");
             }
-            BmcObserved::Unreachable { .. } => return wait(limits.bmc_retry, "BMC"),
+            BmcObserved::Unreachable { .. } => return self.wait_bmc(),
             BmcObserved::Reachable { .. } => {}
         }
         self.push(Step::ReleaseAddress);

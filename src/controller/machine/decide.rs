@@ -227,11 +227,22 @@ impl Planner<'_> {
                     self.clear_error();
                 }
             }
+            // The condition always tells; the last error only when the BMC
+            // is what holds the machine up (see `wait_bmc`), so it never
+            // hides a more important error such as an install timeout.
             BmcObserved::Unreachable { reason, message } => {
                 self.condition(cond::BMC_REACHABLE, "False", reason, message.clone());
-                self.error(reason, message.clone());
             }
         }
+    }
+
+    /// Wait for an unreachable BMC that the next step needs, saying so in
+    /// the last error.
+    pub fn wait_bmc(&mut self) -> Step {
+        if let BmcObserved::Unreachable { reason, message } = &self.o.bmc {
+            self.error(reason, message.clone());
+        }
+        wait(self.o.limits.bmc_retry, "BMC")
     }
 
     fn observe_node(&mut self) {
@@ -304,7 +315,7 @@ impl Planner<'_> {
     fn registering(&mut self) -> Step {
         self.set_phase(MachinePhase::Registering);
         if !matches!(self.o.bmc, BmcObserved::Reachable { .. }) {
-            return wait(self.o.limits.bmc_retry, "BMC");
+            return self.wait_bmc();
         }
         let Some(inv) = &self.st.inventory else {
             self.push(Step::ReadInventory);
@@ -336,7 +347,7 @@ impl Planner<'_> {
             ClassObserved::NotReferenced => {
                 self.clear_waiting();
                 let BmcObserved::Reachable { power } = self.o.bmc else {
-                    return wait(limits.bmc_retry, "BMC");
+                    return self.wait_bmc();
                 };
                 let want = if self.m.spec.online {
                     PowerState::On

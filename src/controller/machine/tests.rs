@@ -33,7 +33,7 @@ pub fn at(secs: i64) -> Timestamp {
 pub const MIN: i64 = 60;
 
 /// A Machine under construction.
-#[derive(Clone)]
+#[derive(Clone, Debug)]
 pub struct M(pub Machine);
 
 pub fn machine() -> M {
@@ -214,7 +214,7 @@ impl M {
 
 /// An observation under construction: BMC reachable and on, class
 /// `workers` at revision r2, no target cluster, a boot slot free.
-#[derive(Clone)]
+#[derive(Clone, Debug)]
 pub struct O(pub Observed);
 
 pub fn obs() -> O {
@@ -348,3 +348,6 @@ pub fn check_settles(name: &str, m: &Machine, o: &Observed, now: Timestamp, plan
         "{name}: asked again, the plan still writes: {again}"
     );
 }
+
+#[path = "tests_prop.rs"]
+mod prop;
