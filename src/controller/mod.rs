@@ -3,6 +3,7 @@
 //! through `store::Store` and the target cluster only through
 //! `cluster::TargetCluster`.
 
+pub mod config;
 pub mod feed;
 pub mod machine;
 pub mod queue;
