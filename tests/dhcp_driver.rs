@@ -199,3 +199,192 @@ fn crafted_pxe_client_unknown_gets_nothing_without_discovery() {
     .unwrap();
     assert!(got.is_none(), "an unknown client must get no reply");
 }
+
+#[test]
+fn relayed_request_is_answered_to_the_relay_with_option_82() {
+    let pair = VethPair::new("10.77.0.1/24", Some("10.77.0.2/24"));
+    // The relay's address on the remote subnet, and the server's route to it.
+    pair.client
+        .exec(&["ip", "addr", "add", "10.88.0.1/24", "dev", &pair.client_if]);
+    pair.server
+        .exec(&["ip", "route", "add", "10.88.0.0/24", "via", "10.77.0.2"]);
+    let dir = tempfile::tempdir().unwrap();
+    let directory = Directory::new();
+    let mut m = machine();
+    m.metadata.name = Some("remote-1".into());
+    m.spec.boot_mac_address = Some("52:54:00:00:88:01".into());
+    let net = m.spec.network.as_mut().unwrap();
+    net.address = Some("10.88.0.20/24".into());
+    net.gateway = Some("10.88.0.1".into());
+    directory.upsert(&m);
+    let extra = "- subnet: 10.88.0.0/24\n  ranges: [{start: 10.88.0.100, end: 10.88.0.150}]\n  router: 10.88.0.1\n";
+    let _srv = serve(
+        &pair.server.name,
+        &config(&pair.server_if, extra),
+        directory,
+        dir.path(),
+    );
+
+    let iface = pair.client_if.clone();
+    let (offer, ack) = dhcp_clients::in_netns(&pair.client.name, move || {
+        let s = dhcp_clients::bound_socket(&iface, Ipv4Addr::new(10, 88, 0, 1), 67);
+        let agent = [1, 4, b'e', b't', b'h', b'7', 2, 3, 0xaa, 0xbb, 0xcc];
+        let mut req = Req::new(1, [0x52, 0x54, 0, 0, 0x88, 1])
+            .pxe(7)
+            .opt(82, &agent);
+        req.giaddr = Ipv4Addr::new(10, 88, 0, 1);
+        req.hops = 1;
+        req.broadcast = false;
+        let server = SocketAddr::from((Ipv4Addr::new(10, 77, 0, 1), 67));
+        let offer = dhcp_clients::exchange(&s, &req, server, Duration::from_secs(3));
+        req.msg_type = 3;
+        req.opts.push((50, vec![10, 88, 0, 20]));
+        req.opts.push((54, vec![10, 77, 0, 1]));
+        let ack = dhcp_clients::exchange(&s, &req, server, Duration::from_secs(3));
+        (offer, ack)
+    })
+    .join()
+    .unwrap();
+    let agent = vec![1, 4, b'e', b't', b'h', b'7', 2, 3, 0xaa, 0xbb, 0xcc];
+    for (what, r) in [("offer", offer), ("ack", ack)] {
+        let (m, raw, from) = r.unwrap_or_else(|| panic!("relay got no {what}"));
+        assert_eq!(from, SocketAddr::from((Ipv4Addr::new(10, 77, 0, 1), 67)));
+        assert_eq!(
+            m.yiaddr(),
+            Ipv4Addr::new(10, 88, 0, 20),
+            "{what}: subnet chosen by giaddr"
+        );
+        assert_eq!(m.giaddr(), Ipv4Addr::new(10, 88, 0, 1));
+        assert_eq!(
+            dhcp_clients::raw_option(&raw, 82),
+            Some(agent.clone()),
+            "{what}: option 82 echoed"
+        );
+        assert_eq!(dhcp_clients::boot_file(&m).as_deref(), Some("ipxe.efi"));
+    }
+}
+
+#[test]
+fn proxy_dhcp_next_to_dnsmasq_gives_boot_file_not_address() {
+    let dnsmasq = common::require_tool("dnsmasq");
+    let lan = common::lan::Lan::new(&[Some("10.77.0.1/24"), Some("10.77.0.2/24"), None]);
+    let (mh, site, client) = (&lan.hosts[0], &lan.hosts[1], &lan.hosts[2]);
+    client
+        .ns
+        .exec(&["ip", "link", "set", "dev", &client.iface, "address", MAC]);
+    let dir = tempfile::tempdir().unwrap();
+    let _site = common::proc::ChildGuard::spawn(
+        "dnsmasq",
+        site.ns.command(dnsmasq.to_str().unwrap()).args([
+            "--no-daemon",
+            "--port=0",
+            "--no-resolv",
+            "--no-hosts",
+            "--log-dhcp",
+            &format!("--interface={}", site.iface),
+            "--bind-interfaces",
+            "--dhcp-range=10.77.0.50,10.77.0.60,255.255.255.0,1h",
+            &format!(
+                "--dhcp-leasefile={}",
+                dir.path().join("dnsmasq.leases").display()
+            ),
+            &format!("--pid-file={}", dir.path().join("dnsmasq.pid").display()),
+        ]),
+        &dir.path().join("dnsmasq.log"),
+    );
+    let directory = Directory::new();
+    directory.upsert(&machine());
+    let yaml = format!(
+        "interface: {}\nmode: proxy\nhttpBootUrl: http://10.77.0.1:8080\n",
+        mh.iface
+    );
+    let _srv = serve(&mh.ns.name, &yaml, directory, dir.path());
+    // dnsmasq is up when it answers; retry the whole exchange until then.
+    let iface = client.iface.clone();
+    let cns = client.ns.name.clone();
+    let (offers, ack, proxy_ack) = dhcp_clients::in_netns(&client.ns.name, move || {
+        let s = dhcp_clients::bound_socket(&iface, Ipv4Addr::UNSPECIFIED, 68);
+        let mac = [0x52, 0x54, 0, 0x12, 0x34, 0x56];
+        let bcast = SocketAddr::from((Ipv4Addr::BROADCAST, 67));
+        let mut offers = Vec::new();
+        for _ in 0..10 {
+            offers =
+                dhcp_clients::collect(&s, &Req::new(1, mac).pxe(7), bcast, Duration::from_secs(1));
+            if offers.iter().any(|(m, _, _)| !m.yiaddr().is_unspecified()) {
+                break;
+            }
+        }
+        let site = offers
+            .iter()
+            .find(|(m, _, _)| !m.yiaddr().is_unspecified())
+            .map(|(m, _, _)| (m.yiaddr(), dhcp_clients::server_id(m).unwrap()))
+            .expect("an address offer from the site DHCP server");
+        let mut req = Req::new(3, mac).pxe(7);
+        req.opts.push((50, site.0.octets().to_vec()));
+        req.opts.push((54, site.1.octets().to_vec()));
+        let ack = dhcp_clients::exchange(&s, &req, bcast, Duration::from_secs(3));
+        // Configure the address, then ask the proxy on port 4011 (PXE step 2).
+        let out = std::process::Command::new("ip")
+            .args([
+                "netns",
+                "exec",
+                &cns,
+                "ip",
+                "addr",
+                "add",
+                &format!("{}/24", site.0),
+                "dev",
+                &iface,
+            ])
+            .status()
+            .unwrap();
+        assert!(out.success());
+        let mut req = Req::new(3, mac).pxe(7);
+        req.ciaddr = site.0;
+        req.broadcast = false;
+        let proxy_ack = dhcp_clients::exchange(
+            &s,
+            &req,
+            SocketAddr::from((Ipv4Addr::new(10, 77, 0, 1), 4011)),
+            Duration::from_secs(3),
+        );
+        (offers, ack, proxy_ack)
+    })
+    .join()
+    .unwrap();
+
+    let site_offer = offers
+        .iter()
+        .find(|(m, _, _)| dhcp_clients::server_id(m) == Some(Ipv4Addr::new(10, 77, 0, 2)))
+        .expect("offer from dnsmasq");
+    assert!(
+        dhcp_clients::boot_file(&site_offer.0).is_none(),
+        "dnsmasq gives no boot file here"
+    );
+    let proxy = offers
+        .iter()
+        .find(|(m, _, _)| dhcp_clients::server_id(m) == Some(Ipv4Addr::new(10, 77, 0, 1)))
+        .expect("proxy offer from metalherd");
+    assert_eq!(
+        proxy.0.yiaddr(),
+        Ipv4Addr::UNSPECIFIED,
+        "proxyDHCP never gives an address"
+    );
+    assert_eq!(
+        dhcp_clients::boot_file(&proxy.0).as_deref(),
+        Some("ipxe.efi")
+    );
+    assert_eq!(
+        dhcp_clients::raw_option(&proxy.1, 60),
+        Some(b"PXEClient".to_vec())
+    );
+    let (ack, _, _) = ack.expect("ACK from dnsmasq");
+    assert_eq!(
+        dhcp_clients::server_id(&ack),
+        Some(Ipv4Addr::new(10, 77, 0, 2))
+    );
+    let (pa, _, from) = proxy_ack.expect("ACK from metalherd on port 4011");
+    assert_eq!(from, SocketAddr::from((Ipv4Addr::new(10, 77, 0, 1), 4011)));
+    assert_eq!(pa.yiaddr(), Ipv4Addr::UNSPECIFIED);
+    assert_eq!(dhcp_clients::boot_file(&pa).as_deref(), Some("ipxe.efi"));
+}

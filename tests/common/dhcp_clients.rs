@@ -308,3 +308,50 @@ pub fn udhcpc(
             .collect(),
     )
 }
+
+/// Send `req` once to `to` and collect every reply with its xid for `wait`.
+pub fn collect(
+    sock: &UdpSocket,
+    req: &Req,
+    to: SocketAddr,
+    wait: Duration,
+) -> Vec<(Message, Vec<u8>, SocketAddr)> {
+    sock.send_to(&req.bytes(), to).expect("send");
+    let deadline = Instant::now() + wait;
+    let mut buf = [0u8; 2048];
+    let mut out = Vec::new();
+    while Instant::now() < deadline {
+        if let Ok((n, from)) = sock.recv_from(&mut buf) {
+            let m = decode(&buf[..n]);
+            if m.xid() == req.xid && m.opcode() == dhcproto::v4::Opcode::BootReply {
+                out.push((m, buf[..n].to_vec(), from));
+            }
+        }
+    }
+    out
+}
+
+/// Option 54 of a reply.
+pub fn server_id(m: &Message) -> Option<Ipv4Addr> {
+    match m.opts().get(dhcproto::v4::OptionCode::ServerIdentifier) {
+        Some(dhcproto::v4::DhcpOption::ServerIdentifier(ip)) => Some(*ip),
+        _ => None,
+    }
+}
+
+/// The boot file of a reply: option 67, else the `file` field.
+pub fn boot_file(m: &Message) -> Option<String> {
+    match m.opts().get(dhcproto::v4::OptionCode::BootfileName) {
+        Some(dhcproto::v4::DhcpOption::BootfileName(b)) => {
+            Some(String::from_utf8_lossy(b).into_owned())
+        }
+        _ => m
+            .fname()
+            .map(|f| {
+                String::from_utf8_lossy(f)
+                    .trim_end_matches('\0')
+                    .to_string()
+            })
+            .filter(|f| !f.is_empty()),
+    }
+}

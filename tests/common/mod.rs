@@ -69,3 +69,4 @@ pub fn free_port() -> u16 {
     l.local_addr().expect("addr").port()
 }
 pub mod dhcp_clients;
+pub mod lan;
