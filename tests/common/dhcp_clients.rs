@@ -173,7 +173,7 @@ pub struct Seen {
     pub lease_time: Option<u32>,
 }
 
-/// Captures every DHCP reply (UDP to port 68) arriving in a namespace,
+/// Captures every DHCP reply (to port 68, or 67 for relays) seen in a namespace,
 /// until dropped.
 pub struct ReplyCapture {
     pub seen: Arc<Mutex<Vec<Seen>>>,
@@ -231,10 +231,14 @@ fn parse_ip_dhcp(p: &[u8]) -> Option<Seen> {
     }
     let udp = p.get(ihl..)?;
     let dport = u16::from_be_bytes([*udp.get(2)?, *udp.get(3)?]);
-    if dport != 68 {
+    // Port 68 for clients, 67 for relays (perfdhcp acts as one).
+    if dport != 68 && dport != 67 {
         return None;
     }
     let m = Message::decode(&mut Decoder::new(udp.get(8..)?)).ok()?;
+    if m.opcode() != dhcproto::v4::Opcode::BootReply {
+        return None;
+    }
     let mut mac = [0u8; 6];
     mac.copy_from_slice(m.chaddr().get(..6)?);
     let lease_time = match m.opts().get(dhcproto::v4::OptionCode::AddressLeaseTime) {

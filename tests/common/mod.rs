@@ -69,4 +69,5 @@ pub fn free_port() -> u16 {
     l.local_addr().expect("addr").port()
 }
 pub mod dhcp_clients;
+pub mod dhcp_serve;
 pub mod lan;
