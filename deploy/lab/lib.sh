@@ -57,15 +57,20 @@ CONF
 
 lab_virsh() { local run=$1; shift; virsh -c "qemu:///system?socket=$run/libvirt/libvirt-sock" "$@"; }
 
-# lab_define_vm RUN NAME MAC DISK BRIDGE
+# lab_define_vm RUN NAME MAC DISK BRIDGE [uefi|bios]
 lab_define_vm() {
-  local run=$1 name=$2 mac=$3 disk=$4 br=$5
+  local run=$1 name=$2 mac=$3 disk=$4 br=$5 fw=${6:-uefi}
+  local loader=""
+  if [ "$fw" = uefi ]; then
+    cp /usr/share/OVMF/OVMF_VARS_4M.fd "$run/$name.vars.fd"
+    loader="<loader readonly='yes' type='pflash'>/usr/share/OVMF/OVMF_CODE_4M.fd</loader><nvram>$run/$name.vars.fd</nvram>"
+  fi
   cat > "$run/$name.xml" <<XML
 <domain type='qemu'>
   <name>$name</name>
   <memory unit='MiB'>512</memory>
   <vcpu>1</vcpu>
-  <os><type arch='x86_64' machine='pc'>hvm</type><boot dev='hd'/></os>
+  <os><type arch='x86_64' machine='pc'>hvm</type>$loader<boot dev='hd'/></os>
   <features><acpi/></features>
   <on_reboot>restart</on_reboot>
   <devices>
