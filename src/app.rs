@@ -44,9 +44,9 @@ pub struct ServeArgs {
 pub async fn serve(global: &crate::cli::GlobalArgs, args: ServeArgs) -> anyhow::Result<()> {
     let data_dir = global.data_dir.clone();
     prepare_data_dir(&data_dir)?;
-    let _config = match &args.config {
-        Some(p) => Some(crate::config::ConfigFile::load(p)?),
-        None => None,
+    let config = match &args.config {
+        Some(p) => crate::config::ConfigFile::load(p)?,
+        None => crate::config::ConfigFile::default(),
     };
     let store_path = data_dir.join(STORE_FILE);
     let store: Arc<dyn Store> =
@@ -82,6 +82,20 @@ pub async fn serve(global: &crate::cli::GlobalArgs, args: ServeArgs) -> anyhow::
     // ---- Boot services start here (DHCP, TFTP, boot HTTP, Ignition). ----
     // They take `store`, `directory`, `registry` (metrics) and a child of
     // `cancel`, bind their sockets now (fail fast), and run in `tasks`.
+    let recorder = crate::directory::BootRecorder::spawn(store.clone(), cancel.clone());
+    if let Some(wire) = config.dhcp.clone() {
+        let metrics = crate::dhcp::metrics::DhcpMetrics::default();
+        registry.with_registry(|r| metrics.register(r));
+        let settings = crate::dhcp::DhcpSettings::try_from(wire).context("config dhcp")?;
+        let bound = crate::dhcp::server::BoundServer::bind(settings, &data_dir).await?;
+        let (st, dir, rec, c) = (store.clone(), directory.clone(), recorder.clone(), cancel.clone());
+        tasks.spawn(async move {
+            if let Err(e) = bound.serve(dir, st, rec, metrics, c.clone()).await {
+                tracing::error!(error = %e, "DHCP server stopped");
+                c.cancel();
+            }
+        });
+    }
 
     // ---- Controllers start here (machine, machineset). ----
     // They take `store`, `registry` and a child of `cancel` and run in
