@@ -3,8 +3,11 @@
 //! tests need. A missing tool is a loud failure, never a skip.
 #![allow(dead_code)]
 
+pub mod bmc_proxy;
 pub mod netns;
 pub mod proc;
+pub mod redfish_server;
+pub mod sushy;
 
 use std::path::PathBuf;
 
