@@ -617,3 +617,48 @@ async fn cli_checks_a_freshly_racked_server_without_printing_the_password() {
     // Every session the CLI opened was closed again.
     assert_eq!(srv.live_sessions(), 0);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connector_reads_the_machines_secret_from_the_store() {
+    use metalherd::bmc::{BmcConnector, StoreConnector};
+    use metalherd::store::Store;
+    use metalherd::store::embedded::EmbeddedStore;
+    use std::sync::Arc;
+
+    let opts = ServerOptions::default();
+    let pw = opts.password.clone();
+    let srv = RedfishServer::start(opts).await;
+    let dir = tempfile::tempdir().unwrap();
+    let store: Arc<dyn Store> = Arc::new(EmbeddedStore::open(&dir.path().join("db")).unwrap());
+    store
+        .create(
+            metalherd::api::Kind::Secret,
+            serde_json::json!({"apiVersion": "v1", "kind": "Secret",
+                "metadata": {"name": "rack1-bmc", "namespace": "default"},
+                "stringData": {"username": "root", "password": pw}}),
+        )
+        .await
+        .unwrap();
+    let machine = serde_json::json!({"apiVersion": "metalherd.dev/v1alpha1", "kind": "Machine",
+        "metadata": {"name": "rack1-u7", "namespace": "default"},
+        "spec": {"bmc": {"address": format!("redfish+http://127.0.0.1:{}/redfish/v1/Systems/1", srv.port),
+                         "credentialsSecretRef": {"name": "rack1-bmc"}}}});
+    let stored = store
+        .create(metalherd::api::Kind::Machine, machine)
+        .await
+        .unwrap();
+    let machine: metalherd::api::Machine = serde_json::from_value(stored).unwrap();
+    let connector = StoreConnector::new(store.clone(), sim_timing());
+    let bmc = connector.connect(&machine).await.unwrap();
+    assert_eq!(bmc.power_state().await.unwrap(), PowerState::Off);
+    bmc.close().await.unwrap();
+    assert_eq!(srv.counters().logouts, 1);
+
+    // A Machine whose Secret is missing: a config error naming the Secret.
+    let mut orphan = machine.clone();
+    orphan.spec.bmc.credentials_secret_ref.name = "nope".into();
+    let e = connector.connect(&orphan).await.err().unwrap();
+    assert_eq!(e.reason(), "BmcConfigError");
+    assert!(e.to_string().contains("nope"), "{e}");
+    assert!(!e.to_string().contains(&pw));
+}
