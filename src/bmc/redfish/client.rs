@@ -7,6 +7,7 @@
 //! The password goes into exactly two places: the Basic header and the
 //! session login body. It never reaches an error or a log line.
 
+use std::collections::HashMap;
 use std::time::Duration;
 
 use base64::Engine;
@@ -22,7 +23,7 @@ use super::model::{self, ErrorBody, Task};
 use crate::bmc::{BmcError, Credentials, Timing};
 
 /// How the BMC's certificate is checked.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum TlsMode {
     /// The platform's trust store.
     SystemRoots,
@@ -88,6 +89,59 @@ pub fn install_crypto_provider() {
     let _ = rustls::crypto::ring::default_provider().install_default();
 }
 
+/// Clients kept per (TLS mode, timeouts). A reqwest client holds the TLS
+/// configuration and trust store (about 250 KiB with the system roots) and
+/// a connection pool per host, so BMCs that trust the same roots share one;
+/// a Machine with its own CA bundle gets its own.
+static CLIENTS: std::sync::LazyLock<
+    std::sync::Mutex<HashMap<(TlsMode, Duration), reqwest::Client>>,
+> = std::sync::LazyLock::new(Default::default);
+
+/// More distinct TLS settings than this and the cache starts over (clients
+/// in use stay alive through their drivers).
+const MAX_CACHED_CLIENTS: usize = 512;
+
+fn shared_client(tls: &TlsMode, timing: &Timing) -> Result<reqwest::Client, String> {
+    let key = (tls.clone(), timing.request_timeout);
+    if let Ok(cache) = CLIENTS.lock()
+        && let Some(c) = cache.get(&key)
+    {
+        return Ok(c.clone());
+    }
+    let client = build_client(tls, timing)?;
+    if let Ok(mut cache) = CLIENTS.lock() {
+        if cache.len() >= MAX_CACHED_CLIENTS {
+            cache.clear();
+        }
+        cache.insert(key, client.clone());
+    }
+    Ok(client)
+}
+
+fn build_client(tls: &TlsMode, timing: &Timing) -> Result<reqwest::Client, String> {
+    install_crypto_provider();
+    let mut b = reqwest::Client::builder()
+        .timeout(timing.request_timeout)
+        .connect_timeout(timing.request_timeout)
+        .pool_max_idle_per_host(2)
+        .pool_idle_timeout(Duration::from_secs(30))
+        .redirect(reqwest::redirect::Policy::none())
+        .user_agent(concat!("metalherd/", env!("CARGO_PKG_VERSION")));
+    match tls {
+        TlsMode::SystemRoots => {}
+        TlsMode::CaBundle(pem) => {
+            let certs = reqwest::Certificate::from_pem_bundle(pem.as_bytes())
+                .map_err(|e| format!("CA bundle: {e}"))?;
+            if certs.is_empty() {
+                return Err("CA bundle holds no certificate".into());
+            }
+            b = b.tls_certs_only(certs);
+        }
+        TlsMode::Insecure => b = b.tls_danger_accept_invalid_certs(true),
+    }
+    b.build().map_err(|e| format!("HTTP client: {e}"))
+}
+
 impl Transport {
     pub fn new(
         base: url::Url,
@@ -96,32 +150,9 @@ impl Transport {
         timing: Timing,
         retry: RetryPolicy,
     ) -> Result<Transport, BmcError> {
-        install_crypto_provider();
         let address = base.as_str().trim_end_matches('/').to_string();
-        let mut b = reqwest::Client::builder()
-            .timeout(timing.request_timeout)
-            .connect_timeout(timing.request_timeout)
-            .pool_max_idle_per_host(2)
-            .pool_idle_timeout(Duration::from_secs(30))
-            .redirect(reqwest::redirect::Policy::none())
-            .user_agent(concat!("metalherd/", env!("CARGO_PKG_VERSION")));
-        match tls {
-            TlsMode::SystemRoots => {}
-            TlsMode::CaBundle(pem) => {
-                let certs = reqwest::Certificate::from_pem_bundle(pem.as_bytes())
-                    .map_err(|e| BmcError::Config(format!("CA bundle for {address}: {e}")))?;
-                if certs.is_empty() {
-                    return Err(BmcError::Config(format!(
-                        "CA bundle for {address} holds no certificate"
-                    )));
-                }
-                b = b.tls_certs_only(certs);
-            }
-            TlsMode::Insecure => b = b.tls_danger_accept_invalid_certs(true),
-        }
-        let http = b
-            .build()
-            .map_err(|e| BmcError::Config(format!("HTTP client: {e}")))?;
+        let http = shared_client(tls, &timing)
+            .map_err(|e| BmcError::Config(format!("BMC {address}: {e}")))?;
         Ok(Transport {
             http,
             base,
