@@ -10,6 +10,7 @@ use async_trait::async_trait;
 
 pub mod connector;
 pub mod fake;
+pub mod metrics;
 pub mod redfish;
 
 pub use connector::{BmcConnector, StoreConnector};

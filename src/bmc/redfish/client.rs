@@ -336,6 +336,7 @@ impl Transport {
                         && matches!(err, BmcError::Unreachable { .. })
                         && attempt < max_attempts
                     {
+                        crate::bmc::metrics::retried("redfish");
                         tokio::time::sleep(logic::backoff(attempt, &self.retry)).await;
                         continue;
                     }
@@ -369,6 +370,7 @@ impl Transport {
             if let Some(wait) = logic::retry_after(status, retry_after.as_deref(), attempt, &policy)
             {
                 tracing::debug!(address = %self.address, path, status, attempt, ?wait, "retrying");
+                crate::bmc::metrics::retried("redfish");
                 tokio::time::sleep(wait).await;
                 continue;
             }

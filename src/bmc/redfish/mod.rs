@@ -365,32 +365,46 @@ impl RedfishBmc {
     }
 }
 
+/// Run one operation inside its span and record its outcome.
+async fn observed<T>(
+    span: tracing::Span,
+    op: &'static str,
+    f: impl std::future::Future<Output = Result<T, BmcError>>,
+) -> Result<T, BmcError> {
+    let start = std::time::Instant::now();
+    let r = f.instrument(span).await;
+    super::metrics::observe("redfish", op, start.elapsed(), &r);
+    r
+}
+
 #[async_trait]
 impl Bmc for RedfishBmc {
     async fn power_state(&self) -> Result<PowerState, BmcError> {
-        async {
+        observed(self.span("power_state"), "power_state", async {
             let (sys, _) = self.system().await?;
             self.power_of(&sys)
-        }
-        .instrument(self.span("power_state"))
+        })
         .await
     }
 
     async fn power(&self, action: PowerAction) -> Result<(), BmcError> {
-        self.do_power(action).instrument(self.span("power")).await
+        observed(self.span("power"), "power", self.do_power(action)).await
     }
 
     async fn set_boot_once(&self, device: BootDevice, mode: FirmwareMode) -> Result<(), BmcError> {
-        self.do_boot(device, mode)
-            .instrument(self.span("set_boot_once"))
-            .await
+        observed(
+            self.span("set_boot_once"),
+            "set_boot_once",
+            self.do_boot(device, mode),
+        )
+        .await
     }
 
     async fn inventory(&self) -> Result<Inventory, BmcError> {
-        self.do_inventory().instrument(self.span("inventory")).await
+        observed(self.span("inventory"), "inventory", self.do_inventory()).await
     }
 
     async fn close(&self) -> Result<(), BmcError> {
-        self.t.logout().instrument(self.span("close")).await
+        observed(self.span("close"), "close", self.t.logout()).await
     }
 }
