@@ -662,3 +662,22 @@ async fn connector_reads_the_machines_secret_from_the_store() {
     assert!(e.to_string().contains("nope"), "{e}");
     assert!(!e.to_string().contains(&pw));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dropped_driver_still_logs_out() {
+    let opts = ServerOptions::default();
+    let pw = opts.password.clone();
+    let srv = RedfishServer::start(opts).await;
+    let bmc = sim_bmc(&srv, &pw);
+    bmc.power_state().await.unwrap();
+    assert_eq!(srv.live_sessions(), 1);
+    drop(bmc);
+    let gone = tokio::time::timeout(Duration::from_secs(10), async {
+        while srv.live_sessions() > 0 {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    assert!(gone.is_ok(), "session left open");
+    assert_eq!(srv.counters().logouts, 1);
+}

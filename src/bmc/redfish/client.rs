@@ -496,6 +496,30 @@ impl Transport {
     }
 }
 
+/// A driver dropped without `close()` still ends its session, in the
+/// background, when a runtime is at hand: BMCs allow only a few sessions.
+impl Drop for Transport {
+    fn drop(&mut self) {
+        let Ok(auth) = self.auth.try_lock() else {
+            return;
+        };
+        let Auth::Session {
+            token,
+            location: Some(loc),
+        } = &*auth
+        else {
+            return;
+        };
+        let (Ok(handle), Ok(url)) = (tokio::runtime::Handle::try_current(), self.url(loc)) else {
+            return;
+        };
+        let req = self.http.delete(url).header("X-Auth-Token", token.clone());
+        handle.spawn(async move {
+            let _ = req.send().await;
+        });
+    }
+}
+
 fn header_str(h: &header::HeaderMap, name: &str) -> Option<String> {
     h.get(name)
         .and_then(|v| v.to_str().ok())
