@@ -178,9 +178,10 @@ async fn sushy_system_choice_needs_a_path_when_there_are_several() {
     let b = connect_address(
         &s.address(1),
         creds.clone(),
-        &TlsMode::SystemRoots,
+        &TlsMode::SystemRoots.into(),
         sushy_timing(),
     )
+    .await
     .unwrap();
     assert_eq!(b.power_state().await.unwrap(), PowerState::Off);
 
@@ -189,7 +190,9 @@ async fn sushy_system_choice_needs_a_path_when_there_are_several() {
         "redfish+http://127.0.0.1:{}/redfish/v1/Systems/nope",
         s.port
     );
-    let b = connect_address(&addr, creds, &TlsMode::SystemRoots, sushy_timing()).unwrap();
+    let b = connect_address(&addr, creds, &TlsMode::SystemRoots.into(), sushy_timing())
+        .await
+        .unwrap();
     let e = b.power_state().await.unwrap_err();
     assert!(matches!(e, BmcError::NoSuchSystem { .. }), "{e}");
 }
@@ -402,13 +405,21 @@ async fn tls_self_signed_accepted_with_its_ca_bundle_and_refused_without() {
     let b = connect_address(
         &addr,
         creds.clone(),
-        &TlsMode::CaBundle(pem),
+        &TlsMode::CaBundle(pem).into(),
         sushy_timing(),
     )
+    .await
     .unwrap();
     assert_eq!(b.power_state().await.unwrap(), PowerState::Off);
 
-    let b = connect_address(&addr, creds.clone(), &TlsMode::SystemRoots, sushy_timing()).unwrap();
+    let b = connect_address(
+        &addr,
+        creds.clone(),
+        &TlsMode::SystemRoots.into(),
+        sushy_timing(),
+    )
+    .await
+    .unwrap();
     let e = b.power_state().await.unwrap_err();
     assert!(matches!(e, BmcError::Tls { .. }), "{e}");
     assert!(!e.to_string().contains(creds.password()));
@@ -419,14 +430,17 @@ async fn tls_self_signed_accepted_with_its_ca_bundle_and_refused_without() {
     let b = connect_address(
         &addr,
         creds.clone(),
-        &TlsMode::CaBundle(std::fs::read_to_string(other_cert).unwrap()),
+        &TlsMode::CaBundle(std::fs::read_to_string(other_cert).unwrap()).into(),
         sushy_timing(),
     )
+    .await
     .unwrap();
     assert!(matches!(b.power_state().await, Err(BmcError::Tls { .. })));
 
     // Insecure only when asked for explicitly.
-    let b = connect_address(&addr, creds, &TlsMode::Insecure, sushy_timing()).unwrap();
+    let b = connect_address(&addr, creds, &TlsMode::Insecure.into(), sushy_timing())
+        .await
+        .unwrap();
     assert_eq!(b.power_state().await.unwrap(), PowerState::Off);
 }
 
@@ -616,51 +630,6 @@ async fn cli_checks_a_freshly_racked_server_without_printing_the_password() {
 
     // Every session the CLI opened was closed again.
     assert_eq!(srv.live_sessions(), 0);
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn connector_reads_the_machines_secret_from_the_store() {
-    use metalherd::bmc::{BmcConnector, StoreConnector};
-    use metalherd::store::Store;
-    use metalherd::store::embedded::EmbeddedStore;
-    use std::sync::Arc;
-
-    let opts = ServerOptions::default();
-    let pw = opts.password.clone();
-    let srv = RedfishServer::start(opts).await;
-    let dir = tempfile::tempdir().unwrap();
-    let store: Arc<dyn Store> = Arc::new(EmbeddedStore::open(&dir.path().join("db")).unwrap());
-    store
-        .create(
-            metalherd::api::Kind::Secret,
-            serde_json::json!({"apiVersion": "v1", "kind": "Secret",
-                "metadata": {"name": "rack1-bmc", "namespace": "default"},
-                "stringData": {"username": "root", "password": pw}}),
-        )
-        .await
-        .unwrap();
-    let machine = serde_json::json!({"apiVersion": "metalherd.dev/v1alpha1", "kind": "Machine",
-        "metadata": {"name": "rack1-u7", "namespace": "default"},
-        "spec": {"bmc": {"address": format!("redfish+http://127.0.0.1:{}/redfish/v1/Systems/1", srv.port),
-                         "credentialsSecretRef": {"name": "rack1-bmc"}}}});
-    let stored = store
-        .create(metalherd::api::Kind::Machine, machine)
-        .await
-        .unwrap();
-    let machine: metalherd::api::Machine = serde_json::from_value(stored).unwrap();
-    let connector = StoreConnector::new(store.clone(), sim_timing());
-    let bmc = connector.connect(&machine).await.unwrap();
-    assert_eq!(bmc.power_state().await.unwrap(), PowerState::Off);
-    bmc.close().await.unwrap();
-    assert_eq!(srv.counters().logouts, 1);
-
-    // A Machine whose Secret is missing: a config error naming the Secret.
-    let mut orphan = machine.clone();
-    orphan.spec.bmc.credentials_secret_ref.name = "nope".into();
-    let e = connector.connect(&orphan).await.err().unwrap();
-    assert_eq!(e.reason(), "BmcConfigError");
-    assert!(e.to_string().contains("nope"), "{e}");
-    assert!(!e.to_string().contains(&pw));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

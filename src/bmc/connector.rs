@@ -1,7 +1,7 @@
 //! Turning a Machine's `spec.bmc` plus its credentials Secret into a driver.
 //! The [`BmcConnector`] trait is the seam controllers use (tests inject
 //! [`super::FakeConnector`]); [`StoreConnector`] reads the Secret through the
-//! [`Store`] and builds a Redfish (or, later, IPMI) driver.
+//! [`Store`] and builds a Redfish or IPMI driver.
 //!
 //! Owns: address parsing into a driver choice, TLS choice (CA bundle by
 //! default, insecure only when the Machine says so), Secret decoding.
@@ -12,6 +12,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use k8s_openapi::api::core::v1::Secret;
 
+use super::ipmi::{CipherSuite, IpmiBmc};
 use super::redfish::{RedfishBmc, TlsMode};
 use super::{Bmc, BmcError, Credentials, Timing};
 use crate::api::validate::{BmcAddress, parse_bmc_address};
@@ -56,7 +57,7 @@ impl BmcConnector for StoreConnector {
             .await
             .map_err(|e| BmcError::Config(format!("credentials Secret: {e}")))?;
         let creds = credentials_from_secret(&secret, ns, secret_name)?;
-        connect_spec(&machine.spec.bmc, creds, self.timing)
+        connect_spec(&machine.spec.bmc, creds, self.timing).await
     }
 }
 
@@ -104,21 +105,54 @@ pub fn tls_mode(spec: &BmcSpec) -> Result<TlsMode, BmcError> {
 }
 
 /// Build a driver from a BmcSpec and credentials (no Secret lookup).
-pub fn connect_spec(
+pub async fn connect_spec(
     spec: &BmcSpec,
     creds: Credentials,
     timing: Timing,
 ) -> Result<Box<dyn Bmc>, BmcError> {
-    connect_address(&spec.address, creds, &tls_mode(spec)?, timing)
+    let opts = ConnectOptions {
+        tls: tls_mode(spec)?,
+        cipher_suite: spec.cipher_suite,
+    };
+    connect_address(&spec.address, creds, &opts, timing).await
+}
+
+/// How to reach a BMC beyond its address.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ConnectOptions {
+    /// Redfish over https.
+    pub tls: TlsMode,
+    /// IPMI cipher suite (3 or 17); 17 when `None`.
+    pub cipher_suite: Option<u8>,
+}
+
+impl Default for ConnectOptions {
+    fn default() -> Self {
+        ConnectOptions {
+            tls: TlsMode::SystemRoots,
+            cipher_suite: None,
+        }
+    }
+}
+
+impl From<TlsMode> for ConnectOptions {
+    fn from(tls: TlsMode) -> Self {
+        ConnectOptions {
+            tls,
+            cipher_suite: None,
+        }
+    }
 }
 
 /// Build a driver from an address URL (`redfish+https://…`, `ipmi://…`).
-pub fn connect_address(
+/// Redfish connects lazily (on the first call); IPMI opens its session here.
+pub async fn connect_address(
     address: &str,
     creds: Credentials,
-    tls: &TlsMode,
+    opts: &ConnectOptions,
     timing: Timing,
 ) -> Result<Box<dyn Bmc>, BmcError> {
+    let tls = &opts.tls;
     match parse_bmc_address(address).map_err(BmcError::Config)? {
         BmcAddress::Redfish { base, system_path } => {
             if base.scheme() == "http" && !matches!(tls, TlsMode::SystemRoots) {
@@ -132,11 +166,17 @@ pub fn connect_address(
                 timing,
             )?))
         }
-        // The IPMI driver lands separately; until then say so plainly.
-        BmcAddress::Ipmi { host, port } => Err(BmcError::Unsupported {
-            address: format!("ipmi://{host}:{port}"),
-            what: "IPMI (the IPMI driver is not built into this version yet)".into(),
-        }),
+        BmcAddress::Ipmi { host, port } => {
+            let suite = CipherSuite::try_from(opts.cipher_suite.unwrap_or(17)).map_err(|_| {
+                BmcError::Config(format!(
+                    "unsupported IPMI cipher suite {:?} (use 3 or 17)",
+                    opts.cipher_suite
+                ))
+            })?;
+            Ok(Box::new(
+                IpmiBmc::connect(&host, port, creds, suite, timing).await?,
+            ))
+        }
     }
 }
 
@@ -189,30 +229,33 @@ mod tests {
         assert_eq!(tls_mode(&spec).unwrap(), TlsMode::Insecure);
     }
 
-    #[test]
-    fn ipmi_is_a_clear_unsupported_until_its_driver_lands() {
+    #[tokio::test]
+    async fn ipmi_addresses_get_the_ipmi_driver_with_a_valid_suite() {
         let spec = MachineSpec {
             bmc: BmcSpec {
-                address: "ipmi://10.0.0.9:623".into(),
+                address: "ipmi://127.0.0.1:9".into(),
+                cipher_suite: Some(5),
                 ..Default::default()
             },
             ..Default::default()
         };
         let e = connect_spec(&spec.bmc, Credentials::new("u", "p"), Timing::default())
+            .await
             .err()
             .unwrap();
-        assert_eq!(e.reason(), "Unsupported");
-        assert!(e.to_string().contains("IPMI"));
+        assert_eq!(e.reason(), "BmcConfigError");
+        assert!(e.to_string().contains("cipher suite"), "{e}");
     }
 
-    #[test]
-    fn bad_address_is_a_config_error() {
+    #[tokio::test]
+    async fn bad_address_is_a_config_error() {
         let e = connect_address(
             "ftp://x",
             Credentials::new("u", "p"),
-            &TlsMode::SystemRoots,
+            &ConnectOptions::default(),
             Timing::default(),
         )
+        .await
         .err()
         .unwrap();
         assert_eq!(e.reason(), "BmcConfigError");

@@ -12,8 +12,11 @@ use anyhow::Context;
 use clap::{Args, Subcommand, ValueEnum};
 use k8s_openapi::api::core::v1::Secret;
 
+use crate::api::Kind;
 use crate::api::Machine;
-use crate::bmc::connector::{connect_address, connect_spec, credentials_from_secret};
+use crate::bmc::connector::{
+    ConnectOptions, connect_address, connect_spec, credentials_from_secret,
+};
 use crate::bmc::redfish::TlsMode;
 use crate::bmc::{Bmc, BootDevice, Credentials, FirmwareMode, PowerAction, Timing};
 
@@ -87,6 +90,9 @@ pub struct Target {
     /// PEM CA bundle that signs the BMC's certificate.
     #[arg(long)]
     pub ca_file: Option<PathBuf>,
+    /// IPMI cipher suite (3 or 17; 17 by default).
+    #[arg(long)]
+    pub cipher_suite: Option<u8>,
     /// Seconds a power action may take to show in the power state.
     #[arg(long, default_value_t = 120)]
     pub power_timeout: u64,
@@ -187,18 +193,26 @@ async fn connect(global: &super::GlobalArgs, t: &Target) -> anyhow::Result<Box<d
         } else {
             TlsMode::SystemRoots
         };
-        return Ok(connect_address(address, creds, &tls, timing(t))?);
+        let opts = ConnectOptions {
+            tls,
+            cipher_suite: t.cipher_suite,
+        };
+        return Ok(connect_address(address, creds, &opts, timing(t)).await?);
     }
     let name = t
         .machine
         .as_deref()
         .context("name a Machine, or give --address")?;
     let (machine, secret) = fetch_machine(global, &t.namespace, name).await?;
-    connect_machine(&machine, &secret, t)
+    connect_machine(&machine, &secret, t).await
 }
 
 /// A driver for a Machine and its credentials Secret.
-fn connect_machine(machine: &Machine, secret: &Secret, t: &Target) -> anyhow::Result<Box<dyn Bmc>> {
+async fn connect_machine(
+    machine: &Machine,
+    secret: &Secret,
+    t: &Target,
+) -> anyhow::Result<Box<dyn Bmc>> {
     let ns = machine
         .metadata
         .namespace
@@ -211,19 +225,32 @@ fn connect_machine(machine: &Machine, secret: &Secret, t: &Target) -> anyhow::Re
         spec.insecure_skip_verify = true;
         spec.ca_bundle = None;
     }
-    Ok(connect_spec(&spec, creds, timing(t))?)
+    if t.cipher_suite.is_some() {
+        spec.cipher_suite = t.cipher_suite;
+    }
+    Ok(connect_spec(&spec, creds, timing(t)).await?)
 }
 
 /// Read the Machine and its Secret through the API server.
 async fn fetch_machine(
-    _global: &super::GlobalArgs,
+    global: &super::GlobalArgs,
     namespace: &str,
     name: &str,
 ) -> anyhow::Result<(Machine, Secret)> {
-    // The API client is not part of this build yet; until it is, the
-    // direct form works everywhere.
-    anyhow::bail!(
-        "reading Machine {namespace}/{name} needs the API client, which this build lacks; \
-         use --address URL --username U --password-file F"
-    )
+    let api = super::client::ApiClient::from_global(global)?;
+    let m = api
+        .get(Kind::Machine, namespace, name)
+        .await
+        .with_context(|| format!("reading Machine {namespace}/{name}"))?;
+    let machine: Machine = serde_json::from_value(m)
+        .with_context(|| format!("Machine {namespace}/{name} is malformed"))?;
+    let secret_name = machine.spec.bmc.credentials_secret_ref.name.clone();
+    let s = api
+        .get(Kind::Secret, namespace, &secret_name)
+        .await
+        .with_context(|| format!("reading Secret {namespace}/{secret_name}"))?;
+    // The error names the Secret only: its contents never reach a message.
+    let secret: Secret = serde_json::from_value(s)
+        .map_err(|_| anyhow::anyhow!("Secret {namespace}/{secret_name} is malformed"))?;
+    Ok((machine, secret))
 }
