@@ -650,3 +650,56 @@ async fn a_dropped_driver_still_logs_out() {
     assert!(gone.is_ok(), "session left open");
     assert_eq!(srv.counters().logouts, 1);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cli_checks_a_machine_by_name_through_the_api() {
+    let opts = ServerOptions::default();
+    let pw = opts.password.clone();
+    let srv = RedfishServer::start(opts).await;
+    let api = tokio::task::spawn_blocking(common::server::Server::start)
+        .await
+        .unwrap();
+    let (code, body) = api.req(
+        "POST",
+        "/api/v1/namespaces/default/secrets",
+        Some(&serde_json::json!({"apiVersion": "v1", "kind": "Secret",
+            "metadata": {"name": "u7-bmc", "namespace": "default"},
+            "stringData": {"username": "root", "password": pw}})),
+    );
+    assert!(code < 300, "{code} {body}");
+    let (code, body) = api.req(
+        "POST",
+        "/apis/metalherd.dev/v1alpha1/namespaces/default/machines",
+        Some(&serde_json::json!({"apiVersion": "metalherd.dev/v1alpha1", "kind": "Machine",
+            "metadata": {"name": "rack1-u7", "namespace": "default"},
+            "spec": {"bmc": {"address": format!("redfish+http://127.0.0.1:{}/redfish/v1/Systems/1", srv.port),
+                             "credentialsSecretRef": {"name": "u7-bmc"}}}})),
+    );
+    assert!(code < 300, "{code} {body}");
+    let out = tokio::task::spawn_blocking({
+        let api_dir = api.data_dir.clone();
+        move || {
+            Command::new(common::metalherd_bin())
+                .arg("--data-dir")
+                .arg(api_dir)
+                .args(["bmc", "inventory", "rack1-u7", "--json"])
+                .env_remove("METALHERD_SERVER")
+                .env_remove("METALHERD_TOKEN")
+                .output()
+                .unwrap()
+        }
+    })
+    .await
+    .unwrap();
+    let (stdout, stderr) = common::server::text(&out);
+    assert!(out.status.success(), "{stdout}{stderr}");
+    assert!(!stdout.contains(&pw) && !stderr.contains(&pw));
+    let inv: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(inv["serialNumber"], "SIM0001");
+
+    // A Machine that does not exist: a clear error.
+    let out = api.cli(&["bmc", "status", "no-such-machine"]);
+    let (stdout, stderr) = common::server::text(&out);
+    assert!(!out.status.success());
+    assert!(stderr.contains("no-such-machine"), "{stdout}{stderr}");
+}
