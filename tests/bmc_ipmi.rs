@@ -251,6 +251,47 @@ async fn ipmi_sim_refuses_suite17_with_a_typed_error() {
     .await
     .expect_err("suite 17 against ipmi_sim");
     assert!(matches!(err, BmcError::Unsupported { .. }), "got {err}");
+
+    // connect_best tries 17 and falls back to 3 on a refusal.
+    let bmc = IpmiBmc::connect_best("127.0.0.1", sim.port, creds(PASSWORD), timing())
+        .await
+        .expect("connect_best");
+    assert_eq!(bmc.suite(), CipherSuite::Suite3);
+    assert_eq!(bmc.power_state().await.expect("power"), PowerState::Off);
+    bmc.close().await.expect("close");
+}
+
+/// Stock pyghmi answers a suite 17 request with suite 3's algorithms: a
+/// downgrade we refuse (typed), and connect_best then uses 3. With the
+/// suite 17 switch, connect_best gets 17.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn suite_negotiation_against_stock_and_suite17_pyghmi() {
+    let stock = PyghmiBmc::start(false);
+    let err = IpmiBmc::connect(
+        "127.0.0.1",
+        stock.port,
+        creds(PASSWORD),
+        CipherSuite::Suite17,
+        timing(),
+    )
+    .await
+    .expect_err("stock pyghmi has no suite 17");
+    assert!(matches!(err, BmcError::Unsupported { .. }), "got {err}");
+    let (ok, out) = ipmitool(stock.port, 17, PASSWORD, &["power", "status"]);
+    assert!(!ok, "ipmitool -C 17 against stock pyghmi: {out}");
+    let bmc = IpmiBmc::connect_best("127.0.0.1", stock.port, creds(PASSWORD), timing())
+        .await
+        .expect("connect_best");
+    assert_eq!(bmc.suite(), CipherSuite::Suite3);
+    bmc.close().await.expect("close");
+
+    let s17 = PyghmiBmc::start(true);
+    let bmc = IpmiBmc::connect_best("127.0.0.1", s17.port, creds(PASSWORD), timing())
+        .await
+        .expect("connect_best");
+    assert_eq!(bmc.suite(), CipherSuite::Suite17);
+    assert_eq!(bmc.power_state().await.expect("power"), PowerState::Off);
+    drop(bmc); // closes its session in the background
 }
 
 /// A BMC that acknowledges and does nothing: the read-back and the power

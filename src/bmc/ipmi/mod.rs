@@ -41,6 +41,8 @@ use crate::bmc::{
 const MAX_FRU_BYTES: usize = 4096;
 /// Bytes per Read FRU Data request (fits every BMC's message limit).
 const FRU_CHUNK: u8 = 32;
+/// How long Close Session may take (best effort).
+const CLOSE_TIMEOUT: Duration = Duration::from_millis(500);
 
 /// One BMC reached over IPMI LAN. Holds one RMCP+ session, re-opened when
 /// a request times out.
@@ -104,8 +106,38 @@ impl IpmiBmc {
         Ok(bmc)
     }
 
+    /// Connect with cipher suite 17, falling back to 3 when the BMC says
+    /// it does not support 17 (it answers with a status, not silence).
+    pub async fn connect_best(
+        host: &str,
+        port: u16,
+        credentials: Credentials,
+        timing: Timing,
+    ) -> Result<IpmiBmc, BmcError> {
+        match IpmiBmc::connect(
+            host,
+            port,
+            credentials.clone(),
+            CipherSuite::Suite17,
+            timing,
+        )
+        .await
+        {
+            Err(BmcError::Unsupported { .. }) => {
+                tracing::info!(bmc = %host, "cipher suite 17 refused, using 3");
+                IpmiBmc::connect(host, port, credentials, CipherSuite::Suite3, timing).await
+            }
+            other => other,
+        }
+    }
+
     pub fn address(&self) -> &str {
         &self.address
+    }
+
+    /// The cipher suite of this connection.
+    pub fn suite(&self) -> CipherSuite {
+        self.suite
     }
 
     async fn open(&self) -> Result<Conn, IpmiError> {
@@ -285,6 +317,26 @@ impl IpmiBmc {
     }
 }
 
+/// A dropped driver still closes its session when it can (inside a tokio
+/// runtime, lock free): BMCs allow few sessions, and leaked ones only
+/// time out after a minute or more.
+impl Drop for IpmiBmc {
+    fn drop(&mut self) {
+        let Ok(handle) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let Some(mut conn) = self.conn.get_mut().take() else {
+            return;
+        };
+        handle.spawn(async move {
+            let sid = conn.session.managed_sid().to_le_bytes();
+            let _ = conn
+                .call(NETFN_APP, CMD_CLOSE_SESSION, &sid, CLOSE_TIMEOUT)
+                .await;
+        });
+    }
+}
+
 #[async_trait]
 impl Bmc for IpmiBmc {
     async fn power_state(&self) -> Result<PowerState, BmcError> {
@@ -377,7 +429,7 @@ impl Bmc for IpmiBmc {
                     NETFN_APP,
                     CMD_CLOSE_SESSION,
                     &sid,
-                    Duration::from_millis(500).min(self.timing.request_timeout),
+                    CLOSE_TIMEOUT.min(self.timing.request_timeout),
                 )
                 .await;
         }
