@@ -41,6 +41,8 @@ use crate::bmc::{
 const MAX_FRU_BYTES: usize = 4096;
 /// Bytes per Read FRU Data request (fits every BMC's message limit).
 const FRU_CHUNK: u8 = 32;
+/// A session idle this long is closed and opened again before use.
+const SESSION_IDLE_REOPEN: Duration = Duration::from_secs(30);
 /// How long Close Session may take (best effort).
 const CLOSE_TIMEOUT: Duration = Duration::from_millis(500);
 
@@ -171,6 +173,17 @@ impl IpmiBmc {
     /// drops the session so the next call starts a fresh one.
     async fn call(&self, netfn: u8, cmd: u8, data: &[u8]) -> Result<wire::Response, IpmiError> {
         let mut guard = self.conn.lock().await;
+        // BMCs end idle sessions (often after 60 s) without telling us:
+        // an idle session is replaced before use rather than timing out.
+        if let Some(conn) = guard.as_mut()
+            && conn.last_reply.elapsed() > SESSION_IDLE_REOPEN
+        {
+            let sid = conn.session.managed_sid().to_le_bytes();
+            let _ = conn
+                .call(NETFN_APP, CMD_CLOSE_SESSION, &sid, CLOSE_TIMEOUT)
+                .await;
+            *guard = None;
+        }
         if guard.is_none() {
             *guard = Some(self.open().await?);
         }
@@ -181,7 +194,7 @@ impl IpmiBmc {
             .call(netfn, cmd, data, self.timing.request_timeout)
             .instrument(tracing::debug_span!("ipmi_request", netfn, cmd))
             .await;
-        if matches!(r, Err(IpmiError::Timeout(_))) {
+        if matches!(r, Err(IpmiError::Timeout(_) | IpmiError::Io(_))) {
             *guard = None;
         }
         r
