@@ -229,6 +229,17 @@ async fn expect_bad_credentials(port: u16, suite: CipherSuite) {
 async fn wrong_password_is_bad_credentials_on_both_emulators() {
     let sim = IpmiSim::start();
     expect_bad_credentials(sim.port, CipherSuite::Suite3).await;
+    // ipmi_sim also refuses an unknown user name (RAKP 2 status 0x0d).
+    let err = IpmiBmc::connect(
+        "127.0.0.1",
+        sim.port,
+        Credentials::new("nobody", PASSWORD),
+        CipherSuite::Suite3,
+        timing(),
+    )
+    .await
+    .expect_err("unknown user");
+    assert!(matches!(err, BmcError::BadCredentials { .. }), "got {err}");
     let pyg = PyghmiBmc::start(true);
     expect_bad_credentials(pyg.port, CipherSuite::Suite3).await;
     expect_bad_credentials(pyg.port, CipherSuite::Suite17).await;

@@ -117,9 +117,8 @@ impl IpmiError {
     pub fn into_bmc_error(self, address: &str) -> BmcError {
         let address = address.to_string();
         match self {
-            IpmiError::AuthCodeMismatch | IpmiError::CredentialsTooLong => {
-                BmcError::BadCredentials { address }
-            }
+            IpmiError::AuthCodeMismatch => BmcError::BadCredentials { address },
+            e @ IpmiError::CredentialsTooLong => BmcError::Config(e.to_string()),
             // Unauthorized name, unauthorized GUID, invalid integrity check
             // value (our RAKP 3 code was computed from a wrong password).
             IpmiError::RakpStatus {

@@ -249,3 +249,21 @@ fn a_short_rakp2_with_a_valid_header_does_not_derail_the_handshake() {
     // Anything after the end is refused, not accepted twice.
     assert!(hs.on_packet(&rakp4(suite, 9)).is_err());
 }
+
+#[test]
+fn over_long_credentials_are_a_config_error_not_sent() {
+    let e = Handshake::new(HandshakeParams {
+        suite: CipherSuite::Suite3,
+        username: USER.to_vec(),
+        password: vec![b'x'; 21],
+        console_sid: CONSOLE_SID,
+        rm: RM,
+        tag: 0,
+    })
+    .expect_err("21-byte password");
+    assert_eq!(e, IpmiError::CredentialsTooLong);
+    assert!(matches!(
+        e.into_bmc_error("x"),
+        crate::bmc::BmcError::Config(_)
+    ));
+}
