@@ -3,9 +3,15 @@
 //! tests need. A missing tool is a loud failure, never a skip.
 #![allow(dead_code)]
 
+pub mod dhcp_clients;
+pub mod dhcp_serve;
 pub mod ipmi_emulators;
+pub mod lan;
+pub mod manifests;
 pub mod netns;
 pub mod proc;
+pub mod server;
+pub mod tftp;
 
 use std::path::PathBuf;
 
