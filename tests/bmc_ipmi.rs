@@ -267,7 +267,7 @@ async fn ipmi_sim_refuses_suite17_with_a_typed_error() {
     let bmc = IpmiBmc::connect_best("127.0.0.1", sim.port, creds(PASSWORD), timing())
         .await
         .expect("connect_best");
-    assert_eq!(bmc.suite(), CipherSuite::Suite3);
+    assert_eq!(bmc.suite().await, Some(CipherSuite::Suite3));
     assert_eq!(bmc.power_state().await.expect("power"), PowerState::Off);
     bmc.close().await.expect("close");
 }
@@ -293,16 +293,27 @@ async fn suite_negotiation_against_stock_and_suite17_pyghmi() {
     let bmc = IpmiBmc::connect_best("127.0.0.1", stock.port, creds(PASSWORD), timing())
         .await
         .expect("connect_best");
-    assert_eq!(bmc.suite(), CipherSuite::Suite3);
+    assert_eq!(bmc.suite().await, Some(CipherSuite::Suite3));
     bmc.close().await.expect("close");
 
     let s17 = PyghmiBmc::start(true);
     let bmc = IpmiBmc::connect_best("127.0.0.1", s17.port, creds(PASSWORD), timing())
         .await
         .expect("connect_best");
-    assert_eq!(bmc.suite(), CipherSuite::Suite17);
+    assert_eq!(bmc.suite().await, Some(CipherSuite::Suite17));
     assert_eq!(bmc.power_state().await.expect("power"), PowerState::Off);
     drop(bmc); // closes its session in the background
+
+    // The connector's way: a driver built without I/O connects (and
+    // negotiates) on first use.
+    let lazy = IpmiBmc::new("127.0.0.1", s17.port, creds(PASSWORD), None, timing());
+    assert_eq!(lazy.suite().await, None);
+    assert_eq!(lazy.power_state().await.expect("power"), PowerState::Off);
+    assert_eq!(lazy.suite().await, Some(CipherSuite::Suite17));
+    lazy.close().await.expect("close");
+    let wrong = IpmiBmc::new("127.0.0.1", s17.port, creds("nope"), None, timing());
+    let err = wrong.power_state().await.expect_err("wrong password");
+    assert!(matches!(err, BmcError::BadCredentials { .. }), "got {err}");
 }
 
 /// A BMC that acknowledges and does nothing: the read-back and the power

@@ -84,6 +84,17 @@ impl IpmiError {
         )
     }
 
+    /// The BMC refused the proposed cipher suite (so another may work).
+    pub fn is_suite_refused(&self) -> bool {
+        matches!(
+            self,
+            IpmiError::RakpStatus {
+                code: 0x04..=0x07 | 0x10 | 0x11,
+                ..
+            } | IpmiError::AlgorithmMismatch { .. }
+        )
+    }
+
     /// A short label for metrics (bounded set).
     pub fn label(&self) -> &'static str {
         match self {
