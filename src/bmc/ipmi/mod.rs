@@ -3,9 +3,11 @@
 //! (RAKP codes, keys, integrity, AES), [`handshake`] (session setup state
 //! machine), [`session`] (sequence numbers, reply matching), [`commands`]
 //! and [`fru`] (command payloads). [`client`] is the only file with a
-//! socket. Every action is verified: boot overrides are read back, power
-//! actions are polled until reached. Credentials never leave
-//! [`handshake`]'s key computations; nothing here logs them.
+//! socket; `link` manages one BMC's session (resolve, negotiate the suite,
+//! re-open, close). This file maps the [`Bmc`] operations to commands and
+//! verifies every action: boot overrides are read back, power actions are
+//! polled until reached. Credentials are used only for the handshake's key
+//! computations; nothing here logs them or puts them in an error.
 
 pub mod client;
 pub mod commands;
