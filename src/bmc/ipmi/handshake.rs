@@ -7,7 +7,7 @@
 use super::crypto::{self, CipherSuite, ROLE_ADMIN_NAME_LOOKUP, RakpInputs, SessionKeys};
 use super::error::IpmiError;
 use super::session::Session;
-use super::wire::{self, payload};
+use super::wire::{self, le32, need, payload};
 
 /// Everything a handshake needs; the password stays inside.
 pub struct HandshakeParams {
@@ -66,26 +66,6 @@ fn arr16(b: &[u8]) -> [u8; 16] {
         *d = *s;
     }
     a
-}
-
-fn le32(b: &[u8]) -> u32 {
-    let mut a = [0u8; 4];
-    for (d, s) in a.iter_mut().zip(b) {
-        *d = *s;
-    }
-    u32::from_le_bytes(a)
-}
-
-fn need(what: &'static str, data: &[u8], n: usize) -> Result<(), IpmiError> {
-    if data.len() < n {
-        Err(IpmiError::Truncated {
-            what,
-            need: n,
-            got: data.len(),
-        })
-    } else {
-        Ok(())
-    }
 }
 
 impl Handshake {

@@ -42,7 +42,8 @@ pub struct Packet {
     pub payload: Vec<u8>,
 }
 
-fn need(what: &'static str, data: &[u8], n: usize) -> Result<(), IpmiError> {
+/// `Truncated` unless `data` has at least `n` bytes.
+pub(crate) fn need(what: &'static str, data: &[u8], n: usize) -> Result<(), IpmiError> {
     if data.len() < n {
         Err(IpmiError::Truncated {
             what,
@@ -54,7 +55,8 @@ fn need(what: &'static str, data: &[u8], n: usize) -> Result<(), IpmiError> {
     }
 }
 
-fn le32(b: &[u8]) -> u32 {
+/// Little-endian u32 from up to 4 bytes (missing bytes are 0).
+pub(crate) fn le32(b: &[u8]) -> u32 {
     let mut a = [0u8; 4];
     for (d, s) in a.iter_mut().zip(b) {
         *d = *s;
