@@ -1,4 +1,5 @@
 //! HTTP routers: the boot network endpoints (iPXE scripts, assets, Ignition,
 //! call-home) and the API/UI/metrics server.
 
+pub mod boot;
 pub mod boot_config;
