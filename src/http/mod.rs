@@ -3,3 +3,4 @@
 
 pub mod boot;
 pub mod boot_config;
+pub mod ui;
