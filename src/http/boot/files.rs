@@ -174,6 +174,11 @@ impl Stream for Tracked {
         match Pin::new(&mut this.inner).poll_next(cx) {
             Poll::Ready(Some(Ok(b))) => {
                 this.sent += b.len() as u64;
+                // hyper may stop polling once Content-Length bytes are out,
+                // so the last chunk, not the end of the stream, completes it.
+                if this.sent == this.expected {
+                    this.finish(true);
+                }
                 Poll::Ready(Some(Ok(b)))
             }
             Poll::Ready(Some(Err(e))) => {

@@ -151,3 +151,40 @@ async fn serve(st: &BootState, peer: SocketAddr, q: &str) -> Response {
     )
         .into_response()
 }
+
+/// A stand-in renderer: a valid, minimal Ignition 3.3.0 config that only
+/// sets the hostname. Used by `serve` while no full renderer is wired in.
+pub struct MinimalIgnition;
+
+#[async_trait]
+impl IgnitionSource for MinimalIgnition {
+    async fn render(
+        &self,
+        machine: &Machine,
+        _class: &MachineClass,
+        _stage: IgnitionStage,
+        _ctx: &IgnitionContext,
+    ) -> Result<Vec<u8>, IgnitionSourceError> {
+        let host = machine
+            .spec
+            .network
+            .as_ref()
+            .and_then(|n| n.hostname.clone())
+            .or_else(|| machine.metadata.name.clone())
+            .unwrap_or_default();
+        let v = serde_json::json!({
+            "ignition": { "version": "3.3.0" },
+            "storage": { "files": [{
+                "path": "/etc/hostname",
+                "mode": 420,
+                "overwrite": true,
+                "contents": { "source": format!("data:,{}", url_escape(&host)) }
+            }]}
+        });
+        serde_json::to_vec(&v).map_err(|e| IgnitionSourceError(e.to_string()))
+    }
+}
+
+fn url_escape(s: &str) -> String {
+    url::form_urlencoded::byte_serialize(s.as_bytes()).collect()
+}

@@ -347,3 +347,40 @@ pub async fn serve(
         .await
         .map_err(BootError::Serve)
 }
+
+/// Everything the boot HTTP service needs from `serve`, started in one call:
+/// binds the listener first (fail fast), then runs the boot directory
+/// (store watch), the boot-history recorder and the server under `cancel`.
+pub async fn start(
+    settings: BootSettings,
+    store: Arc<dyn Store>,
+    ignition: Arc<dyn IgnitionSource>,
+    leases: Option<Arc<dyn LeaseLookup>>,
+    registry: &mut prometheus_client::registry::Registry,
+    tasks: &mut tokio::task::JoinSet<()>,
+    cancel: CancellationToken,
+) -> Result<(Directory, BootRecorder), BootError> {
+    let listener = bind(settings.listen).await?;
+    let directory = Directory::new();
+    let recorder = BootRecorder::spawn(store.clone(), cancel.clone());
+    let metrics = BootMetrics::register(registry);
+    let state = Arc::new(BootState::new(
+        settings,
+        BootDeps {
+            store: store.clone(),
+            directory: directory.clone(),
+            recorder: recorder.clone(),
+            ignition,
+            leases,
+            metrics,
+        },
+    )?);
+    tracing::info!(listen = %state.settings.listen, base_url = %state.settings.base_url, "boot HTTP server listening");
+    tasks.spawn(directory.clone().run(store, cancel.clone()));
+    tasks.spawn(async move {
+        if let Err(e) = serve(listener, state, cancel).await {
+            tracing::error!(error = %e, "boot HTTP server stopped");
+        }
+    });
+    Ok((directory, recorder))
+}
