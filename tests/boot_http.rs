@@ -3,6 +3,7 @@
 //! the Ignition endpoint refuses a wrong token, a wrong address and a
 //! reused token (each with a Warning event), call-homes close the boot, and
 //! malformed requests get a 400 with a reason.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod common;
 
