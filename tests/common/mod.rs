@@ -4,8 +4,10 @@
 #![allow(dead_code)]
 
 pub mod bootlab;
+pub mod initramfs;
 pub mod netns;
 pub mod proc;
+pub mod qemu;
 
 use std::path::PathBuf;
 

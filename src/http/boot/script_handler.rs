@@ -151,15 +151,16 @@ async fn install(
     let image_url = |sha: &str, name: &str| format!("{base}/images/{sha}/{name}?mac={mh}");
     let kernel_url = image_url(&shas[0], "kernel");
     let initrd_url = image_url(&shas[1], "initrd");
+    let ignition_url = format!("{base}/ignition?{}", ctx.callhome_query);
     let mut args = class.spec.kernel_args.clone();
     args.extend(st.settings.kernel_args.iter().cloned());
     args.extend([
         "ignition.firstboot".to_string(),
         "ignition.platform.id=metal".to_string(),
-        format!("ignition.config.url={base}/ignition?{}", ctx.callhome_query),
-        format!("metalherd.callhome={}", ctx.callhome_base),
-        format!("metalherd.mac={mh}"),
-        format!("metalherd.token={token}"),
+        format!("ignition.config.url={ignition_url}"),
+        // metalherd's own installer and test OS read this one; they call
+        // home at the same URL with `/ignition?` -> `/callhome/{what}?`.
+        format!("metalherd.ignition={ignition_url}"),
     ]);
     let mut retry = format!("{base}/boot.ipxe?mac={mh}");
     for (k, v) in [("arch", arch), ("platform", plat)] {

@@ -1,0 +1,210 @@
+//! QEMU machines that network-boot on a private link: a network namespace
+//! with a bridge (the boot network, where metalherd listens) and a tap that
+//! a QEMU VM (software emulation only, `-accel tcg`) plugs into. Legacy BIOS
+//! boots with SeaBIOS and QEMU's NIC ROM (already iPXE); UEFI boots OVMF,
+//! whose own network stack does DHCP and TFTP before iPXE takes over (the
+//! NIC ROM is disabled so the firmware path is really exercised).
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use super::netns::Netns;
+use super::proc::{ChildGuard, wait_for};
+
+/// A namespace with a bridge and one tap on it.
+pub struct BridgeLab {
+    pub ns: Netns,
+    pub bridge: String,
+    pub tap: String,
+}
+
+impl BridgeLab {
+    /// `cidr` is the bridge's address, like "10.77.0.1/24".
+    pub fn new(cidr: &str) -> BridgeLab {
+        let ns = Netns::new("mhq");
+        let bridge = super::unique("br");
+        let tap = super::unique("tap");
+        ns.exec(&["ip", "link", "add", &bridge, "type", "bridge"]);
+        ns.exec(&[
+            "ip",
+            "link",
+            "set",
+            &bridge,
+            "type",
+            "bridge",
+            "forward_delay",
+            "0",
+            "stp_state",
+            "0",
+        ]);
+        ns.exec(&["ip", "addr", "add", cidr, "dev", &bridge]);
+        ns.exec(&["ip", "link", "set", &bridge, "up"]);
+        ns.exec(&["ip", "tuntap", "add", "dev", &tap, "mode", "tap"]);
+        ns.exec(&["ip", "link", "set", &tap, "master", &bridge]);
+        ns.exec(&["ip", "link", "set", &tap, "up"]);
+        BridgeLab { ns, bridge, tap }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Firmware {
+    Bios,
+    Uefi,
+}
+
+pub struct Vm {
+    pub guard: ChildGuard,
+    pub serial: PathBuf,
+    pub started: Instant,
+    pub started_at: jiff::Timestamp,
+}
+
+/// Start a VM that boots from its NIC (`mac`) on the lab's tap.
+pub fn start_vm(lab: &BridgeLab, fw: Firmware, mac: &str, work: &Path) -> Vm {
+    let qemu = super::require_tool("qemu-system-x86_64");
+    let serial = work.join(format!("serial-{fw:?}.log"));
+    let mut args: Vec<String> = [
+        "-accel",
+        "tcg",
+        "-machine",
+        "q35",
+        "-m",
+        "768",
+        "-smp",
+        "1",
+        "-display",
+        "none",
+        "-monitor",
+        "none",
+        "-no-reboot",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    args.extend(["-serial".into(), format!("file:{}", serial.display())]);
+    args.extend([
+        "-netdev".into(),
+        format!("tap,id=n0,ifname={},script=no,downscript=no", lab.tap),
+    ]);
+    match fw {
+        Firmware::Bios => {
+            args.extend([
+                "-device".into(),
+                format!("virtio-net-pci,netdev=n0,mac={mac},bootindex=1"),
+            ]);
+        }
+        Firmware::Uefi => {
+            let code = Path::new("/usr/share/OVMF/OVMF_CODE_4M.fd");
+            let vars_src = Path::new("/usr/share/OVMF/OVMF_VARS_4M.fd");
+            assert!(
+                code.is_file() && vars_src.is_file(),
+                "OVMF missing: run scripts/setup"
+            );
+            let vars = work.join("OVMF_VARS.fd");
+            std::fs::copy(vars_src, &vars).expect("copy OVMF vars");
+            args.extend([
+                "-drive".into(),
+                format!(
+                    "if=pflash,format=raw,unit=0,readonly=on,file={}",
+                    code.display()
+                ),
+                "-drive".into(),
+                format!("if=pflash,format=raw,unit=1,file={}", vars.display()),
+                "-device".into(),
+                format!("virtio-net-pci,netdev=n0,mac={mac},bootindex=1,romfile="),
+            ]);
+        }
+    }
+    let mut cmd = lab
+        .ns
+        .command(qemu.to_str().unwrap_or("qemu-system-x86_64"));
+    cmd.args(&args);
+    let started_at = jiff::Timestamp::now();
+    let guard = ChildGuard::spawn("qemu", &mut cmd, &work.join(format!("qemu-{fw:?}.log")));
+    Vm {
+        guard,
+        serial,
+        started: Instant::now(),
+        started_at,
+    }
+}
+
+impl Vm {
+    pub fn serial_text(&self) -> String {
+        std::fs::read(&self.serial)
+            .map(|b| String::from_utf8_lossy(&b).into_owned())
+            .unwrap_or_default()
+    }
+
+    /// Wait for `marker` on the serial console; the time it took, if it came.
+    pub fn wait_serial(&mut self, marker: &str, timeout: Duration) -> Option<Duration> {
+        wait_for(timeout, || {
+            if self.serial_text().contains(marker) {
+                Some(self.started.elapsed())
+            } else {
+                None
+            }
+        })
+    }
+
+    /// Wait for QEMU to exit (the guest rebooted or powered off).
+    pub fn wait_exit(&mut self, timeout: Duration) -> bool {
+        wait_for(timeout, || (!self.guard.running()).then_some(())).is_some()
+    }
+}
+
+/// dnsmasq as the boot network's DHCP server (DHCP only, no DNS), with the
+/// same answers metalherd gives: the reserved address for `mac`, iPXE's
+/// HTTP script URL for iPXE clients, and `ipxe.efi` / `undionly.kpxe` for
+/// firmware. With `tftp_root` it also serves TFTP from there.
+pub fn start_dnsmasq(
+    lab: &BridgeLab,
+    server_ip: &str,
+    mac: &str,
+    reserved_ip: &str,
+    script_url: &str,
+    tftp_root: Option<&Path>,
+    work: &Path,
+) -> ChildGuard {
+    let dnsmasq = super::require_tool("dnsmasq");
+    let prefix = server_ip
+        .rsplit_once('.')
+        .map(|(p, _)| p)
+        .unwrap_or("10.77.0");
+    let mut args = vec![
+        "--no-daemon".to_string(),
+        "--conf-file=/dev/null".into(),
+        "--port=0".into(),
+        format!("--interface={}", lab.bridge),
+        "--bind-interfaces".into(),
+        format!("--dhcp-range={prefix}.100,{prefix}.150,255.255.255.0,1h"),
+        format!("--dhcp-host={mac},{reserved_ip}"),
+        format!("--dhcp-leasefile={}", work.join("dnsmasq.leases").display()),
+        format!("--pid-file={}", work.join("dnsmasq.pid").display()),
+        "--dhcp-userclass=set:ipxe,iPXE".into(),
+        "--dhcp-match=set:efi64,option:client-arch,7".into(),
+        "--dhcp-match=set:efi64,option:client-arch,9".into(),
+        format!("--dhcp-boot=tag:ipxe,{script_url}"),
+        "--dhcp-boot=tag:!ipxe,tag:efi64,ipxe.efi".into(),
+        "--dhcp-boot=tag:!ipxe,tag:!efi64,undionly.kpxe".into(),
+        "--log-dhcp".into(),
+    ];
+    if let Some(root) = tftp_root {
+        args.push("--enable-tftp".into());
+        args.push(format!("--tftp-root={}", root.display()));
+    }
+    let mut cmd = lab.ns.command(dnsmasq.to_str().unwrap_or("dnsmasq"));
+    cmd.args(&args);
+    let g = ChildGuard::spawn("dnsmasq", &mut cmd, &work.join("dnsmasq.log"));
+    // It binds at once; give it a moment to be listening.
+    std::thread::sleep(Duration::from_millis(300));
+    g
+}
+
+/// Run a command (for diagnostics) and return its output, never failing.
+pub fn diag(cmd: &mut Command) -> String {
+    cmd.output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+        .unwrap_or_default()
+}
