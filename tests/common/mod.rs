@@ -4,10 +4,17 @@
 #![allow(dead_code)]
 
 pub mod bootlab;
+pub mod dhcp_clients;
+pub mod dhcp_serve;
 pub mod initramfs;
+pub mod ipmi_emulators;
+pub mod lan;
+pub mod manifests;
 pub mod netns;
 pub mod proc;
 pub mod qemu;
+pub mod server;
+pub mod tftp;
 
 use std::path::PathBuf;
 

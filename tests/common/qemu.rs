@@ -154,54 +154,6 @@ impl Vm {
     }
 }
 
-/// dnsmasq as the boot network's DHCP server (DHCP only, no DNS), with the
-/// same answers metalherd gives: the reserved address for `mac`, iPXE's
-/// HTTP script URL for iPXE clients, and `ipxe.efi` / `undionly.kpxe` for
-/// firmware. With `tftp_root` it also serves TFTP from there.
-pub fn start_dnsmasq(
-    lab: &BridgeLab,
-    server_ip: &str,
-    mac: &str,
-    reserved_ip: &str,
-    script_url: &str,
-    tftp_root: Option<&Path>,
-    work: &Path,
-) -> ChildGuard {
-    let dnsmasq = super::require_tool("dnsmasq");
-    let prefix = server_ip
-        .rsplit_once('.')
-        .map(|(p, _)| p)
-        .unwrap_or("10.77.0");
-    let mut args = vec![
-        "--no-daemon".to_string(),
-        "--conf-file=/dev/null".into(),
-        "--port=0".into(),
-        format!("--interface={}", lab.bridge),
-        "--bind-interfaces".into(),
-        format!("--dhcp-range={prefix}.100,{prefix}.150,255.255.255.0,1h"),
-        format!("--dhcp-host={mac},{reserved_ip}"),
-        format!("--dhcp-leasefile={}", work.join("dnsmasq.leases").display()),
-        format!("--pid-file={}", work.join("dnsmasq.pid").display()),
-        "--dhcp-userclass=set:ipxe,iPXE".into(),
-        "--dhcp-match=set:efi64,option:client-arch,7".into(),
-        "--dhcp-match=set:efi64,option:client-arch,9".into(),
-        format!("--dhcp-boot=tag:ipxe,{script_url}"),
-        "--dhcp-boot=tag:!ipxe,tag:efi64,ipxe.efi".into(),
-        "--dhcp-boot=tag:!ipxe,tag:!efi64,undionly.kpxe".into(),
-        "--log-dhcp".into(),
-    ];
-    if let Some(root) = tftp_root {
-        args.push("--enable-tftp".into());
-        args.push(format!("--tftp-root={}", root.display()));
-    }
-    let mut cmd = lab.ns.command(dnsmasq.to_str().unwrap_or("dnsmasq"));
-    cmd.args(&args);
-    let g = ChildGuard::spawn("dnsmasq", &mut cmd, &work.join("dnsmasq.log"));
-    // It binds at once; give it a moment to be listening.
-    std::thread::sleep(Duration::from_millis(300));
-    g
-}
-
 /// Run a command (for diagnostics) and return its output, never failing.
 pub fn diag(cmd: &mut Command) -> String {
     cmd.output()

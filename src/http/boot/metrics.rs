@@ -66,31 +66,30 @@ pub struct BootMetrics {
 }
 
 impl BootMetrics {
-    /// Metrics registered under `metalherd_boot_http_` in `registry`.
-    pub fn register(registry: &mut Registry) -> BootMetrics {
-        let m = BootMetrics::default();
-        let r = registry.sub_registry_with_prefix("metalherd_boot_http");
+    /// Register under `boot_http_` in a registry that already carries the
+    /// `metalherd` prefix (the shared one from `serve`).
+    pub fn register_into(&self, registry: &mut Registry) {
+        let r = registry.sub_registry_with_prefix("boot_http");
         r.register(
             "requests",
             "Boot HTTP requests by endpoint and outcome",
-            m.requests.clone(),
+            self.requests.clone(),
         );
         r.register(
             "transfers",
             "Boot HTTP bodies sent completely, by endpoint",
-            m.transfers.clone(),
+            self.transfers.clone(),
         );
         r.register(
             "bytes",
             "Boot HTTP body bytes sent, by endpoint",
-            m.bytes.clone(),
+            self.bytes.clone(),
         );
         r.register(
             "errors",
             "Boot HTTP errors and aborted transfers, by reason",
-            m.errors.clone(),
+            self.errors.clone(),
         );
-        m
     }
 
     pub fn request(&self, endpoint: Endpoint, status: http::StatusCode) {

@@ -348,39 +348,22 @@ pub async fn serve(
         .map_err(BootError::Serve)
 }
 
-/// Everything the boot HTTP service needs from `serve`, started in one call:
-/// binds the listener first (fail fast), then runs the boot directory
-/// (store watch), the boot-history recorder and the server under `cancel`.
+/// Start the boot HTTP service from `serve`: binds the listener first
+/// (fail fast), then runs the server (and the optional router
+/// advertisements) in `tasks` under `cancel`.
 pub async fn start(
     settings: BootSettings,
-    store: Arc<dyn Store>,
-    ignition: Arc<dyn IgnitionSource>,
-    leases: Option<Arc<dyn LeaseLookup>>,
-    registry: &mut prometheus_client::registry::Registry,
+    deps: BootDeps,
     tasks: &mut tokio::task::JoinSet<()>,
     cancel: CancellationToken,
-) -> Result<(Directory, BootRecorder), BootError> {
+) -> Result<(), BootError> {
     let listener = bind(settings.listen).await?;
-    let directory = Directory::new();
-    let recorder = BootRecorder::spawn(store.clone(), cancel.clone());
-    let metrics = BootMetrics::register(registry);
-    let state = Arc::new(BootState::new(
-        settings,
-        BootDeps {
-            store: store.clone(),
-            directory: directory.clone(),
-            recorder: recorder.clone(),
-            ignition,
-            leases,
-            metrics,
-        },
-    )?);
+    let state = Arc::new(BootState::new(settings, deps)?);
     tracing::info!(listen = %state.settings.listen, base_url = %state.settings.base_url, "boot HTTP server listening");
-    tasks.spawn(directory.clone().run(store, cancel.clone()));
     tasks.spawn(async move {
         if let Err(e) = serve(listener, state, cancel).await {
             tracing::error!(error = %e, "boot HTTP server stopped");
         }
     });
-    Ok((directory, recorder))
+    Ok(())
 }

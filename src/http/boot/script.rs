@@ -74,6 +74,16 @@ impl Platform {
             _ => Platform::Unknown,
         }
     }
+
+    /// From iPXE's `${platform}`, else from the DHCP option-93 code that
+    /// metalherd's DHCP puts in `arch` (0 = BIOS; 6, 7, 9, 10, 11 = UEFI).
+    pub fn from_query(platform: Option<&str>, arch: Option<&str>) -> Platform {
+        match (Platform::parse(platform), arch) {
+            (Platform::Unknown, Some("0")) => Platform::Pcbios,
+            (Platform::Unknown, Some("6" | "7" | "9" | "10" | "11")) => Platform::Efi,
+            (p, _) => p,
+        }
+    }
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -335,6 +345,13 @@ mod tests {
         assert_eq!(Platform::parse(Some("efi")), Platform::Efi);
         assert_eq!(Platform::parse(Some("pcbios")), Platform::Pcbios);
         assert_eq!(Platform::parse(None), Platform::Unknown);
+        assert_eq!(Platform::from_query(None, Some("0")), Platform::Pcbios);
+        assert_eq!(Platform::from_query(None, Some("7")), Platform::Efi);
+        assert_eq!(Platform::from_query(Some("efi"), Some("0")), Platform::Efi);
+        assert_eq!(
+            Platform::from_query(None, Some("x86_64")),
+            Platform::Unknown
+        );
         assert_eq!(
             mac_hyphen(&[0x52, 0x54, 0, 1, 2, 0xff]),
             "52-54-00-01-02-ff"

@@ -59,7 +59,7 @@ async fn serve(st: &BootState, peer: SocketAddr, q: &str) -> Response {
             return st.bad_request(&format!("{name}: must be a short word like x86_64 or efi"));
         }
     }
-    let platform = Platform::parse(plat);
+    let platform = Platform::from_query(plat, arch);
     let span = tracing::info_span!("boot_script", mac = %mac_hyphen(&mac), peer = %peer.ip());
     let _e = span.enter();
     let Some(entry) = st.directory.by_mac(&mac) else {
