@@ -103,6 +103,38 @@ pub async fn serve(global: &crate::cli::GlobalArgs, args: ServeArgs) -> anyhow::
         });
     }
 
+    if let Some(wire) = config.tftp.clone() {
+        let metrics = crate::tftp::TftpMetrics::default();
+        registry.with_registry(|r| metrics.register(r));
+        let source = crate::tftp::DirSource::new(&wire.root)
+            .with_context(|| format!("config tftp.root {}", wire.root.display()))?;
+        let bound = crate::tftp::bind(&wire)?;
+        let events = Arc::new(crate::tftp::BootTimeline {
+            directory: directory.clone(),
+            recorder: recorder.clone(),
+        });
+        tasks.spawn(bound.serve(Arc::new(source), events, metrics, cancel.clone()));
+    }
+    if let Some(wire) = config.boot.clone() {
+        let settings = wire.settings(&data_dir).context("config boot")?;
+        let metrics = crate::http::boot::BootMetrics::default();
+        registry.with_registry(|r| metrics.register_into(r));
+        crate::http::boot::start(
+            settings,
+            crate::http::boot::BootDeps {
+                store: store.clone(),
+                directory: directory.clone(),
+                recorder: recorder.clone(),
+                ignition: Arc::new(crate::http::boot::ignition::MinimalIgnition),
+                leases: None,
+                metrics,
+            },
+            &mut tasks,
+            cancel.clone(),
+        )
+        .await?;
+    }
+
     // ---- Controllers start here (machine, machineset). ----
     // They take `store`, `registry` and a child of `cancel` and run in
     // `tasks`.
