@@ -9,6 +9,7 @@ pub mod dhcp_clients;
 pub mod dhcp_serve;
 pub mod initramfs;
 pub mod ipmi_emulators;
+pub mod lab;
 pub mod lan;
 pub mod manifests;
 pub mod netns;
