@@ -74,8 +74,14 @@ async fn bench_store(n: usize, dir: &str) {
     let _ = std::fs::remove_file(&path);
     let store: Arc<dyn Store> = Arc::new(EmbeddedStore::open(&path).unwrap());
     println!("\n### Embedded store, in process\n");
-    println!("| operation | count | total | throughput | p50 | p99 |\n| --- | --- | --- | --- | --- | --- |");
-    let from = store.list(Kind::Machine, &ListOptions::default()).await.unwrap().resource_version;
+    println!(
+        "| operation | count | total | throughput | p50 | p99 |\n| --- | --- | --- | --- | --- | --- |"
+    );
+    let from = store
+        .list(Kind::Machine, &ListOptions::default())
+        .await
+        .unwrap()
+        .resource_version;
     let mut lat = Lat(Vec::with_capacity(n));
     let t = Instant::now();
     for i in 0..n {
@@ -83,12 +89,20 @@ async fn bench_store(n: usize, dir: &str) {
         store.create(Kind::Machine, machine(i)).await.unwrap();
         lat.0.push(s.elapsed());
     }
-    row("create (1 fsync'd transaction each)", n, t.elapsed(), Some(&mut lat));
+    row(
+        "create (1 fsync'd transaction each)",
+        n,
+        t.elapsed(),
+        Some(&mut lat),
+    );
     let mut lat = Lat(Vec::with_capacity(n));
     let t = Instant::now();
     for i in 0..n {
         let s = Instant::now();
-        store.get(Kind::Machine, "default", &format!("m{:05}", (i * 7919) % n)).await.unwrap();
+        store
+            .get(Kind::Machine, "default", &format!("m{:05}", (i * 7919) % n))
+            .await
+            .unwrap();
         lat.0.push(s.elapsed());
     }
     row("get", n, t.elapsed(), Some(&mut lat));
@@ -96,31 +110,47 @@ async fn bench_store(n: usize, dir: &str) {
     let t = Instant::now();
     for _ in 0..10 {
         let s = Instant::now();
-        let l = store.list(Kind::Machine, &ListOptions::default()).await.unwrap();
+        let l = store
+            .list(Kind::Machine, &ListOptions::default())
+            .await
+            .unwrap();
         assert_eq!(l.items.len(), n);
         lat.0.push(s.elapsed());
     }
     row(&format!("list all {n}"), 10, t.elapsed(), Some(&mut lat));
     let t = Instant::now();
-    let mut w = store.watch(Kind::Machine, &ListOptions::default(), Some(from)).await.unwrap();
+    let mut w = store
+        .watch(Kind::Machine, &ListOptions::default(), Some(from))
+        .await
+        .unwrap();
     for _ in 0..n {
         w.next().await.unwrap().unwrap();
     }
-    row("watch: replay every create from a version", n, t.elapsed(), None);
+    row(
+        "watch: replay every create from a version",
+        n,
+        t.elapsed(),
+        None,
+    );
 }
 
 async fn bench_api(n: usize, url: &str, token: &str, pid: &str, peer: Option<&str>) {
     let c = ApiClient::new(url, Some(token.to_string()), "/nonexistent".into()).unwrap();
     println!("\n### REST API of `metalherd serve` (loopback HTTP/1.1, one client)\n");
     println!("RSS of the server at start: {} MiB\n", rss_kib(pid) / 1024);
-    println!("| operation | count | total | throughput | p50 | p99 |\n| --- | --- | --- | --- | --- | --- |");
-    let from = c.list(Kind::Machine, Some("default"), None).await.unwrap()["metadata"]
-        ["resourceVersion"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    println!(
+        "| operation | count | total | throughput | p50 | p99 |\n| --- | --- | --- | --- | --- | --- |"
+    );
+    let from =
+        c.list(Kind::Machine, Some("default"), None).await.unwrap()["metadata"]["resourceVersion"]
+            .as_str()
+            .unwrap()
+            .to_string();
     // A watcher running while the creates happen: it must see all of them.
-    let mut live = c.watch(Kind::Machine, Some("default"), None, Some(&from)).await.unwrap();
+    let mut live = c
+        .watch(Kind::Machine, Some("default"), None, Some(&from))
+        .await
+        .unwrap();
     let watcher = tokio::spawn(async move {
         let mut k = 0;
         while k < n {
@@ -141,13 +171,18 @@ async fn bench_api(n: usize, url: &str, token: &str, pid: &str, peer: Option<&st
     row("create (POST, validated)", n, t.elapsed(), Some(&mut lat));
     let t = Instant::now();
     let seen = watcher.await.unwrap();
-    println!("| live watch saw every create | {seen} | +{:.3} s after the last | | | |", t.elapsed().as_secs_f64());
+    println!(
+        "| live watch saw every create | {seen} | +{:.3} s after the last | | | |",
+        t.elapsed().as_secs_f64()
+    );
     let rss_after_create = rss_kib(pid);
     let mut lat = Lat(Vec::with_capacity(n));
     let t = Instant::now();
     for i in 0..n {
         let s = Instant::now();
-        c.get(Kind::Machine, "default", &format!("m{:05}", (i * 7919) % n)).await.unwrap();
+        c.get(Kind::Machine, "default", &format!("m{:05}", (i * 7919) % n))
+            .await
+            .unwrap();
         lat.0.push(s.elapsed());
     }
     row("get", n, t.elapsed(), Some(&mut lat));
@@ -160,7 +195,9 @@ async fn bench_api(n: usize, url: &str, token: &str, pid: &str, peer: Option<&st
             let mut l = Vec::new();
             for i in (w..n).step_by(8) {
                 let s = Instant::now();
-                c.get(Kind::Machine, "default", &format!("m{:05}", i)).await.unwrap();
+                c.get(Kind::Machine, "default", &format!("m{:05}", i))
+                    .await
+                    .unwrap();
                 l.push(s.elapsed());
             }
             l
@@ -184,26 +221,45 @@ async fn bench_api(n: usize, url: &str, token: &str, pid: &str, peer: Option<&st
     let t = Instant::now();
     for r in 0..40 {
         let s = Instant::now();
-        let l = c.list(Kind::Machine, Some("default"), Some(&format!("rack=r{r}"))).await.unwrap();
+        let l = c
+            .list(Kind::Machine, Some("default"), Some(&format!("rack=r{r}")))
+            .await
+            .unwrap();
         assert_eq!(l["items"].as_array().unwrap().len(), n / 40);
         lat.0.push(s.elapsed());
     }
-    row(&format!("list with labelSelector ({} match)", n / 40), 40, t.elapsed(), Some(&mut lat));
+    row(
+        &format!("list with labelSelector ({} match)", n / 40),
+        40,
+        t.elapsed(),
+        Some(&mut lat),
+    );
     let t = Instant::now();
-    let mut w = c.watch(Kind::Machine, Some("default"), None, Some(&from)).await.unwrap();
+    let mut w = c
+        .watch(Kind::Machine, Some("default"), None, Some(&from))
+        .await
+        .unwrap();
     for _ in 0..n {
         w.next().await.unwrap().unwrap();
     }
-    row("watch: replay every create from a version", n, t.elapsed(), None);
+    row(
+        "watch: replay every create from a version",
+        n,
+        t.elapsed(),
+        None,
+    );
     let rss_end = rss_kib(pid);
     println!(
         "\nRSS of the server with {n} Machines: {} MiB after the creates, {} MiB after lists and watches\n",
         rss_after_create / 1024,
         rss_end / 1024
     );
-    let db = std::fs::metadata(std::path::Path::new(&std::env::var("BENCH_DATA").unwrap_or_default()).join("metalherd.redb"))
-        .map(|m| m.len() / (1024 * 1024))
-        .unwrap_or(0);
+    let db = std::fs::metadata(
+        std::path::Path::new(&std::env::var("BENCH_DATA").unwrap_or_default())
+            .join("metalherd.redb"),
+    )
+    .map(|m| m.len() / (1024 * 1024))
+    .unwrap_or(0);
     println!("Store file size: {db} MiB\n");
 
     if let Some(peer) = peer {
@@ -222,7 +278,9 @@ async fn bench_api(n: usize, url: &str, token: &str, pid: &str, peer: Option<&st
         let peer_total = t.elapsed();
         let (p50, p99) = (lat.pct(0.5), lat.pct(0.99));
         println!("### Peer: nginx serving the same Machine JSON, same client\n");
-        println!("| operation | count | total | throughput | p50 | p99 |\n| --- | --- | --- | --- | --- | --- |");
+        println!(
+            "| operation | count | total | throughput | p50 | p99 |\n| --- | --- | --- | --- | --- | --- |"
+        );
         println!(
             "| nginx GET static JSON | {n} | {:.2} s | {:.0}/s | {p50:.3} ms | {p99:.3} ms |",
             peer_total.as_secs_f64(),
@@ -235,7 +293,10 @@ async fn bench_api(n: usize, url: &str, token: &str, pid: &str, peer: Option<&st
 #[tokio::main]
 async fn main() {
     let _ = rustls::crypto::ring::default_provider().install_default();
-    let n: usize = std::env::var("BENCH_N").ok().and_then(|v| v.parse().ok()).unwrap_or(10_000);
+    let n: usize = std::env::var("BENCH_N")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(10_000);
     let dir = std::env::var("BENCH_DIR").unwrap_or_else(|_| "/tmp".into());
     bench_store(n, &dir).await;
     if let (Ok(url), Ok(token), Ok(pid)) = (

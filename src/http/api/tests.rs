@@ -78,6 +78,17 @@ async fn body_must_agree_with_the_url() {
     );
     let (code, _) = call(&app, "GET", &format!("{base}/secrets/x/status"), None).await;
     assert_eq!(code, StatusCode::NOT_FOUND);
+    let (code, b) = call(
+        &app,
+        "POST",
+        &format!("{base}/machines/m1"),
+        Some(json!({})),
+    )
+    .await;
+    assert_eq!(
+        (code, b["reason"].as_str()),
+        (StatusCode::METHOD_NOT_ALLOWED, Some("MethodNotAllowed"))
+    );
 }
 
 #[tokio::test]
