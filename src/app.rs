@@ -94,10 +94,11 @@ pub async fn serve(global: &crate::cli::GlobalArgs, args: ServeArgs) -> anyhow::
     };
     let protected =
         crate::http::api::routes(state).merge(crate::http::ops::metrics_routes(registry.clone()));
-    // ---- The web UI's routes merge into `protected` here. ----
+    // The web page is public: it holds no data and calls the API with the
+    // user's token.
     let app = crate::http::api::protect(
         protected,
-        crate::http::ops::health_routes(),
+        crate::http::ops::health_routes().merge(crate::http::ui::router()),
         &token,
         api_metrics,
     );

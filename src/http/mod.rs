@@ -4,3 +4,4 @@
 pub mod api;
 pub mod boot_config;
 pub mod ops;
+pub mod ui;

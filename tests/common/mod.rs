@@ -3,10 +3,12 @@
 //! tests need. A missing tool is a loud failure, never a skip.
 #![allow(dead_code)]
 
+pub mod ipmi_emulators;
 pub mod manifests;
 pub mod netns;
 pub mod proc;
 pub mod server;
+pub mod tftp;
 
 use std::path::PathBuf;
 
