@@ -3,6 +3,8 @@
 //! Credentials never appear in errors, logs or Debug output.
 //! Never imports `controller`.
 
+pub mod ipmi;
+
 use std::fmt;
 use std::time::Duration;
 

@@ -5,9 +5,12 @@ use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
 
+pub mod apply;
 pub mod bmc;
+pub mod client;
 pub mod objects;
 pub mod render;
+pub mod show;
 
 /// Bare-metal provisioning: declare Machines; metalherd powers, boots,
 /// installs and joins them, and reimages them in place.

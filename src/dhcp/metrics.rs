@@ -31,7 +31,7 @@ pub struct DhcpMetrics {
 
 impl DhcpMetrics {
     pub fn register(&self, r: &mut Registry) {
-        let r = r.sub_registry_with_prefix("metalherd_dhcp");
+        let r = r.sub_registry_with_prefix("dhcp");
         r.register(
             "requests",
             "DHCP requests by message type",

@@ -3,8 +3,15 @@
 //! tests need. A missing tool is a loud failure, never a skip.
 #![allow(dead_code)]
 
+pub mod dhcp_clients;
+pub mod dhcp_serve;
+pub mod ipmi_emulators;
+pub mod lan;
+pub mod manifests;
 pub mod netns;
 pub mod proc;
+pub mod server;
+pub mod tftp;
 
 use std::path::PathBuf;
 
@@ -68,6 +75,3 @@ pub fn free_port() -> u16 {
     let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
     l.local_addr().expect("addr").port()
 }
-pub mod dhcp_clients;
-pub mod dhcp_serve;
-pub mod lan;
