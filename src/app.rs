@@ -88,7 +88,12 @@ pub async fn serve(global: &crate::cli::GlobalArgs, args: ServeArgs) -> anyhow::
         registry.with_registry(|r| metrics.register(r));
         let settings = crate::dhcp::DhcpSettings::try_from(wire).context("config dhcp")?;
         let bound = crate::dhcp::server::BoundServer::bind(settings, &data_dir).await?;
-        let (st, dir, rec, c) = (store.clone(), directory.clone(), recorder.clone(), cancel.clone());
+        let (st, dir, rec, c) = (
+            store.clone(),
+            directory.clone(),
+            recorder.clone(),
+            cancel.clone(),
+        );
         tasks.spawn(async move {
             if let Err(e) = bound.serve(dir, st, rec, metrics, c.clone()).await {
                 tracing::error!(error = %e, "DHCP server stopped");
