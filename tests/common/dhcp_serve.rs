@@ -3,7 +3,7 @@
 //! `metalherd apply` and come back through `metalherd get`, run in the same
 //! namespace.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Duration;
 
 use super::netns::Netns;
