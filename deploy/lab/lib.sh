@@ -57,15 +57,23 @@ CONF
 
 lab_virsh() { local run=$1; shift; virsh -c "qemu:///system?socket=$run/libvirt/libvirt-sock" "$@"; }
 
-# lab_define_vm RUN NAME MAC DISK BRIDGE
+# lab_define_vm RUN NAME MAC DISK BRIDGE [uefi|bios]
 lab_define_vm() {
-  local run=$1 name=$2 mac=$3 disk=$4 br=$5
+  local run=$1 name=$2 mac=$3 disk=$4 br=$5 fw=${6:-uefi}
+  local loader="" nic="<model type='e1000'/>"
+  if [ "$fw" = uefi ]; then
+    # OVMF's own virtio-net driver and PXE client (no iPXE option ROM), so
+    # the firmware fetches iPXE over TFTP as real UEFI servers do.
+    nic="<model type='virtio'/><rom enabled='no'/>"
+    cp /usr/share/OVMF/OVMF_VARS_4M.fd "$run/$name.vars.fd"
+    loader="<loader readonly='yes' type='pflash'>/usr/share/OVMF/OVMF_CODE_4M.fd</loader><nvram>$run/$name.vars.fd</nvram>"
+  fi
   cat > "$run/$name.xml" <<XML
 <domain type='qemu'>
   <name>$name</name>
   <memory unit='MiB'>512</memory>
   <vcpu>1</vcpu>
-  <os><type arch='x86_64' machine='pc'>hvm</type><boot dev='hd'/></os>
+  <os><type arch='x86_64' machine='pc'>hvm</type>$loader<boot dev='hd'/></os>
   <features><acpi/></features>
   <on_reboot>restart</on_reboot>
   <devices>
@@ -78,7 +86,7 @@ lab_define_vm() {
     <interface type='bridge'>
       <mac address='$mac'/>
       <source bridge='$br'/>
-      <model type='e1000'/>
+      $nic
     </interface>
     <serial type='file'><source path='$run/$name.console'/><target port='0'/></serial>
     <console type='file'><source path='$run/$name.console'/><target type='serial' port='0'/></console>
@@ -114,7 +122,7 @@ lab_down() {
   if [ -S "$run/libvirt/libvirt-sock" ]; then
     for d in $(lab_virsh "$run" list --all --name 2>/dev/null); do
       lab_virsh "$run" destroy "$d" >/dev/null 2>&1 || true
-      lab_virsh "$run" undefine "$d" >/dev/null 2>&1 || true
+      lab_virsh "$run" undefine --nvram "$d" >/dev/null 2>&1 || lab_virsh "$run" undefine "$d" >/dev/null 2>&1 || true
     done
   fi
   for p in sushy metalherd libvirtd; do

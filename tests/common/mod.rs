@@ -3,6 +3,7 @@
 //! tests need. A missing tool is a loud failure, never a skip.
 #![allow(dead_code)]
 
+pub mod bmc_proxy;
 pub mod dhcp_clients;
 pub mod dhcp_serve;
 pub mod ipmi_emulators;
@@ -10,7 +11,9 @@ pub mod lan;
 pub mod manifests;
 pub mod netns;
 pub mod proc;
+pub mod redfish_server;
 pub mod server;
+pub mod sushy;
 pub mod tftp;
 
 use std::path::PathBuf;
