@@ -457,3 +457,53 @@ async fn scripts_images_and_malformed_requests() {
     assert_eq!(steps[1], ("Kernel".to_string(), Some(100_000)));
     assert_eq!(steps[2], ("Kernel".to_string(), Some(10)));
 }
+
+#[tokio::test]
+async fn image_cache_downloads_over_http_once_and_verifies() {
+    let s = start().await;
+    let bytes: Vec<u8> = (0..500_000u32).map(|i| (i % 253) as u8).collect();
+    std::fs::write(s.assets.join("vmlinuz"), &bytes).unwrap();
+    let sha = {
+        use sha2::Digest;
+        hex::encode(sha2::Sha256::digest(&bytes))
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let cache = boot::ImageCache::new(dir.path().join("cache"));
+    let art = metalherd::api::Artifact {
+        url: format!("{}/assets/vmlinuz", s.url),
+        sha256: Some(sha.clone()),
+        sha512: None,
+    };
+    // Concurrent requests share one download.
+    let (a, b) = tokio::join!(cache.ensure(&art), cache.ensure(&art));
+    assert_eq!(a.unwrap(), sha);
+    assert_eq!(b.unwrap(), sha);
+    assert_eq!(
+        std::fs::read(cache.lookup(&sha).await.unwrap()).unwrap(),
+        bytes
+    );
+    // Served from disk afterwards: the source can go away.
+    std::fs::remove_file(s.assets.join("vmlinuz")).unwrap();
+    assert_eq!(cache.ensure(&art).await.unwrap(), sha);
+    // A digest that does not match is never cached.
+    std::fs::write(s.assets.join("other"), b"other").unwrap();
+    let bad = metalherd::api::Artifact {
+        url: format!("{}/assets/other", s.url),
+        sha256: Some("0".repeat(64)),
+        sha512: None,
+    };
+    assert!(matches!(
+        cache.ensure(&bad).await,
+        Err(boot::cache::CacheError::Mismatch { .. })
+    ));
+    assert!(cache.lookup(&"0".repeat(64)).await.is_none());
+    let missing = metalherd::api::Artifact {
+        url: format!("{}/assets/missing", s.url),
+        sha256: Some("1".repeat(64)),
+        sha512: None,
+    };
+    assert!(matches!(
+        cache.ensure(&missing).await,
+        Err(boot::cache::CacheError::Download { .. })
+    ));
+}
