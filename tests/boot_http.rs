@@ -381,8 +381,24 @@ async fn scripts_images_and_malformed_requests() {
         .unwrap();
     assert_eq!(r.bytes().await.unwrap().as_ref(), &kernel[10..20]);
 
-    // Unknown machines get the discovery script and are recorded.
-    let d = get("/boot.ipxe?mac=52-54-00-aa-bb-cc&arch=x86_64")
+    // Unknown machines get the discovery script and no OS; the DHCP
+    // server's DiscoveredMachine has its lastSeen refreshed, but HTTP alone
+    // never creates one.
+    let seen_long_ago = jiff::Timestamp::UNIX_EPOCH;
+    let mut dm = metalherd::api::DiscoveredMachine::new(
+        "mac-525400aabbcc",
+        metalherd::api::DiscoveredMachineSpec {
+            mac_address: "52:54:00:aa:bb:cc".into(),
+            architecture: Some("efi-x86_64".into()),
+            vendor_class: None,
+            address: None,
+            first_seen: seen_long_ago,
+            last_seen: seen_long_ago,
+        },
+    );
+    dm.metadata.namespace = Some("default".into());
+    s.store.create_obj(&dm).await.unwrap();
+    let d = get("/boot.ipxe?mac=52-54-00-aa-bb-cc&arch=7")
         .await
         .unwrap()
         .text()
@@ -391,10 +407,21 @@ async fn scripts_images_and_malformed_requests() {
     assert!(d.contains("not known") && !d.contains("kernel"), "{d}");
     let dm: metalherd::api::DiscoveredMachine = s
         .store
-        .get_obj("default", "52-54-00-aa-bb-cc")
+        .get_obj("default", "mac-525400aabbcc")
         .await
         .unwrap();
-    assert_eq!(dm.spec.architecture.as_deref(), Some("x86_64"));
+    assert!(dm.spec.last_seen > seen_long_ago);
+    assert_eq!(dm.spec.architecture.as_deref(), Some("efi-x86_64"));
+    let d = get("/boot.ipxe?mac=52-54-00-aa-bb-dd")
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(d.contains("not known"));
+    let all: Vec<metalherd::api::DiscoveredMachine> =
+        s.store.list_obj(&Default::default()).await.unwrap();
+    assert_eq!(all.len(), 1, "HTTP must not create DiscoveredMachines");
 
     for (path, status, words) in [
         ("/boot.ipxe?mac=zz", 400, "mac"),
