@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Tell metalherd how this boot went:
 #   callhome.sh installed|failed|booted [REASON]
-# POST {base}/callhome/{event}?mac=..&token=.. with the reason as the body.
+# POST {base}/callhome/{event}?mac=..&token=.. (plus &reason=.. when given,
+# URL-encoded by curl).
 # `booted` first waits for kubelet.service to be active. Values come from the
 # environment (install.env / callhome.env), never from this file.
 set -u
@@ -22,11 +23,14 @@ if [ "$event" = booted ]; then
 fi
 
 url="$METALHERD_CALLHOME_URL/callhome/$event?mac=$METALHERD_MAC&token=$METALHERD_TOKEN"
+args=(-fsS --max-time 15 -X POST)
+if [ -n "$reason" ]; then
+  args+=(-G --data-urlencode "reason=$reason")
+fi
 attempt=0
 while [ "$attempt" -lt 30 ]; do
   attempt=$(( attempt + 1 ))
-  if curl -fsS --max-time 15 -X POST -H 'Content-Type: text/plain' \
-      --data-binary "$reason" "$url" >/dev/null; then
+  if curl "${args[@]}" "$url" >/dev/null; then
     exit 0
   fi
   sleep 5

@@ -447,3 +447,52 @@ fn bench_render() {
         );
     }
 }
+
+#[test]
+fn cli_prints_configs_redacted_unless_asked() {
+    let dir = tempfile::tempdir().unwrap();
+    let secret = dir.path().join("join-token.yaml");
+    std::fs::write(
+        &secret,
+        format!(
+            "apiVersion: v1\nkind: Secret\nmetadata:\n  name: join-token\n  namespace: default\nstringData:\n  token: {JOIN_TOKEN}\n"
+        ),
+    )
+    .unwrap();
+    let ex = common::repo_root().join("deploy/examples");
+    let run = |extra: &[&str], with_secret: bool| {
+        let mut cmd = std::process::Command::new(common::metalherd_bin());
+        cmd.args(["render", "ignition", "rack1-u08"])
+            .args(extra)
+            .arg("-f")
+            .arg(ex.join("machine-fcos.yaml"))
+            .arg("-f")
+            .arg(ex.join("class-fcos.yaml"));
+        if with_secret {
+            cmd.arg("-f").arg(&secret);
+        }
+        cmd.output().unwrap()
+    };
+    for stage in ["install", "node"] {
+        let out = run(&["--stage", stage], true);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let text = String::from_utf8(out.stdout).unwrap();
+        assert!(!text.contains(JOIN_TOKEN), "{stage}");
+        common::ignition::validate(&text).unwrap_or_else(|e| panic!("{stage}: {e}"));
+        let out = run(&["--stage", stage, "--show-secrets"], true);
+        let text = String::from_utf8(out.stdout).unwrap();
+        assert!(text.contains(JOIN_TOKEN), "{stage}");
+        common::ignition::validate(&text).unwrap_or_else(|e| panic!("{stage}: {e}"));
+    }
+    let out = run(&[], false);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("spec.join.tokenSecretRef: Secret \"join-token\" not found"),
+        "{err}"
+    );
+}
