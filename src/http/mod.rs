@@ -2,3 +2,4 @@
 //! call-home) and the API/UI/metrics server.
 
 pub mod boot_config;
+pub mod ui;

@@ -1,1 +1,438 @@
-//! The embedded store: one redb file in the data directory.
+//! The embedded store: one crash-safe, transactional redb file in the data
+//! directory. Every write is one redb transaction that updates the object
+//! and appends the change to a log keyed by resourceVersion; watches replay
+//! that log from the version they ask for and then follow live changes, so
+//! a watcher that reconnects misses nothing and sees nothing twice.
+//!
+//! Object semantics (resourceVersion, generation, finalizers) live in
+//! [`super::semantics`]; this file only moves them in and out of redb.
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use async_trait::async_trait;
+use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
+use serde_json::Value;
+use tokio::sync::{broadcast, mpsc};
+
+use super::semantics::{self, Change};
+use super::{Deleted, ListOptions, ObjectList, Store, StoreError, WatchEvent, WatchStream};
+use crate::api::Kind;
+
+/// `kind \0 namespace \0 name` -> object JSON.
+const OBJECTS: TableDefinition<&str, &[u8]> = TableDefinition::new("objects");
+/// resourceVersion -> change record JSON (`{"k":kind,"t":type,"o":object}`).
+const LOG: TableDefinition<u64, &[u8]> = TableDefinition::new("log");
+/// Counters: `rv` (last resourceVersion).
+const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
+
+/// How many changes the log keeps for watch resumption.
+const LOG_KEEP: u64 = 200_000;
+/// Prune the log every this many writes.
+const PRUNE_EVERY: u64 = 1_000;
+
+/// A change as broadcast to live watchers.
+#[derive(Clone, Debug)]
+struct Broadcast {
+    kind: Kind,
+    rv: u64,
+    event: WatchEvent,
+}
+
+struct Inner {
+    db: Database,
+    /// Serialises write transactions with their broadcast so live watchers
+    /// see changes in resourceVersion order.
+    write_lock: Mutex<()>,
+    tx: broadcast::Sender<Broadcast>,
+    path: PathBuf,
+}
+
+/// The default store of `metalherd serve`.
+#[derive(Clone)]
+pub struct EmbeddedStore {
+    inner: Arc<Inner>,
+}
+
+fn backend<E: std::fmt::Display>(e: E) -> StoreError {
+    StoreError::Backend(e.to_string())
+}
+
+fn obj_key(kind: Kind, ns: &str, name: &str) -> String {
+    format!("{}\0{}\0{}", kind.as_str(), ns, name)
+}
+
+fn kind_prefix(kind: Kind, ns: Option<&str>) -> String {
+    match ns {
+        Some(ns) => format!("{}\0{}\0", kind.as_str(), ns),
+        None => format!("{}\0", kind.as_str()),
+    }
+}
+
+impl EmbeddedStore {
+    /// Open (or create) the store file. Fails with a clear error when the
+    /// file cannot be created or is locked by another process.
+    pub fn open(path: &Path) -> Result<EmbeddedStore, StoreError> {
+        let db = Database::create(path).map_err(|e| {
+            StoreError::Backend(format!("cannot open store {}: {e}", path.display()))
+        })?;
+        // Make sure the tables exist so readers never see "no such table".
+        let w = db.begin_write().map_err(backend)?;
+        {
+            w.open_table(OBJECTS).map_err(backend)?;
+            w.open_table(LOG).map_err(backend)?;
+            w.open_table(META).map_err(backend)?;
+        }
+        w.commit().map_err(backend)?;
+        let (tx, _) = broadcast::channel(4096);
+        Ok(EmbeddedStore {
+            inner: Arc::new(Inner {
+                db,
+                write_lock: Mutex::new(()),
+                tx,
+                path: path.to_path_buf(),
+            }),
+        })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.inner.path
+    }
+
+    /// Run a blocking closure on the blocking pool.
+    async fn blocking<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&Inner) -> Result<T, StoreError> + Send + 'static,
+    ) -> Result<T, StoreError> {
+        let inner = self.inner.clone();
+        tokio::task::spawn_blocking(move || f(&inner))
+            .await
+            .map_err(|e| StoreError::Backend(format!("store task failed: {e}")))?
+    }
+
+    /// Apply one write: read the current object, let `semantics` decide the
+    /// change, commit it with its log record, then broadcast it.
+    async fn write(
+        &self,
+        kind: Kind,
+        ns: String,
+        name: String,
+        decide: impl FnOnce(Option<Value>, u64) -> Result<Change, StoreError> + Send + 'static,
+    ) -> Result<Value, StoreError> {
+        self.blocking(move |inner| {
+            let _guard = inner
+                .write_lock
+                .lock()
+                .map_err(|_| StoreError::Backend("store write lock poisoned".into()))?;
+            let key = obj_key(kind, &ns, &name);
+            let w = inner.db.begin_write().map_err(backend)?;
+            let (result, broadcast) = {
+                let mut objects = w.open_table(OBJECTS).map_err(backend)?;
+                let mut log = w.open_table(LOG).map_err(backend)?;
+                let mut meta = w.open_table(META).map_err(backend)?;
+                let current: Option<Value> = match objects.get(key.as_str()).map_err(backend)? {
+                    Some(g) => Some(serde_json::from_slice(g.value()).map_err(backend)?),
+                    None => None,
+                };
+                let last_rv = meta
+                    .get("rv")
+                    .map_err(backend)?
+                    .map(|g| g.value())
+                    .unwrap_or(0);
+                let next_rv = last_rv + 1;
+                match decide(current, next_rv)? {
+                    Change::Unchanged(v) => return Ok(v),
+                    Change::Put { object, event } => {
+                        let bytes = serde_json::to_vec(&object).map_err(backend)?;
+                        objects
+                            .insert(key.as_str(), bytes.as_slice())
+                            .map_err(backend)?;
+                        let ev = event.into_event(object.clone());
+                        append_log(&mut log, kind, next_rv, &ev)?;
+                        meta.insert("rv", next_rv).map_err(backend)?;
+                        prune(&mut log, next_rv)?;
+                        (
+                            object,
+                            Broadcast {
+                                kind,
+                                rv: next_rv,
+                                event: ev,
+                            },
+                        )
+                    }
+                    Change::Remove { last } => {
+                        objects.remove(key.as_str()).map_err(backend)?;
+                        let ev = WatchEvent::Deleted(last.clone());
+                        append_log(&mut log, kind, next_rv, &ev)?;
+                        meta.insert("rv", next_rv).map_err(backend)?;
+                        prune(&mut log, next_rv)?;
+                        (
+                            last,
+                            Broadcast {
+                                kind,
+                                rv: next_rv,
+                                event: ev,
+                            },
+                        )
+                    }
+                }
+            };
+            w.commit().map_err(backend)?;
+            // No receivers is fine: nobody is watching.
+            let _ = inner.tx.send(broadcast);
+            Ok(result)
+        })
+        .await
+    }
+
+    /// Log records after `from` (exclusive), in order, for one kind.
+    fn read_log(
+        inner: &Inner,
+        kind: Kind,
+        from: u64,
+    ) -> Result<(Vec<(u64, WatchEvent)>, u64), StoreError> {
+        let r = inner.db.begin_read().map_err(backend)?;
+        let log = r.open_table(LOG).map_err(backend)?;
+        let meta = r.open_table(META).map_err(backend)?;
+        let last = meta
+            .get("rv")
+            .map_err(backend)?
+            .map(|g| g.value())
+            .unwrap_or(0);
+        if from < last {
+            let oldest = log
+                .first()
+                .map_err(backend)?
+                .map(|(k, _)| k.value())
+                .unwrap_or(last + 1);
+            if from + 1 < oldest {
+                return Err(StoreError::Gone {
+                    requested: from,
+                    oldest,
+                });
+            }
+        }
+        let mut out = Vec::new();
+        for item in log.range(from + 1..).map_err(backend)? {
+            let (k, v) = item.map_err(backend)?;
+            let rec: Value = serde_json::from_slice(v.value()).map_err(backend)?;
+            if rec.get("k").and_then(Value::as_str) != Some(kind.as_str()) {
+                continue;
+            }
+            let obj = rec.get("o").cloned().unwrap_or(Value::Null);
+            let ev = match rec.get("t").and_then(Value::as_str) {
+                Some("ADDED") => WatchEvent::Added(obj),
+                Some("DELETED") => WatchEvent::Deleted(obj),
+                _ => WatchEvent::Modified(obj),
+            };
+            out.push((k.value(), ev));
+        }
+        Ok((out, last))
+    }
+}
+
+fn append_log(
+    log: &mut redb::Table<u64, &[u8]>,
+    kind: Kind,
+    rv: u64,
+    ev: &WatchEvent,
+) -> Result<(), StoreError> {
+    let rec = serde_json::json!({"k": kind.as_str(), "t": ev.type_str(), "o": ev.object()});
+    let bytes = serde_json::to_vec(&rec).map_err(backend)?;
+    log.insert(rv, bytes.as_slice()).map_err(backend)?;
+    Ok(())
+}
+
+fn prune(log: &mut redb::Table<u64, &[u8]>, rv: u64) -> Result<(), StoreError> {
+    if rv.is_multiple_of(PRUNE_EVERY) && rv > LOG_KEEP {
+        let cut = rv - LOG_KEEP;
+        log.retain_in(..cut, |_, _| false).map_err(backend)?;
+    }
+    Ok(())
+}
+
+fn matches_ns(obj: &Value, ns: Option<&str>) -> bool {
+    match ns {
+        None => true,
+        Some(ns) => super::key_of(obj).0 == ns,
+    }
+}
+
+#[async_trait]
+impl Store for EmbeddedStore {
+    async fn get(&self, kind: Kind, namespace: &str, name: &str) -> Result<Value, StoreError> {
+        let key = obj_key(kind, namespace, name);
+        let (ns, nm) = (namespace.to_string(), name.to_string());
+        self.blocking(move |inner| {
+            let r = inner.db.begin_read().map_err(backend)?;
+            let t = r.open_table(OBJECTS).map_err(backend)?;
+            match t.get(key.as_str()).map_err(backend)? {
+                Some(g) => serde_json::from_slice(g.value()).map_err(backend),
+                None => Err(StoreError::NotFound {
+                    kind,
+                    namespace: ns,
+                    name: nm,
+                }),
+            }
+        })
+        .await
+    }
+
+    async fn list(&self, kind: Kind, opts: &ListOptions) -> Result<ObjectList, StoreError> {
+        let opts = opts.clone();
+        self.blocking(move |inner| {
+            let r = inner.db.begin_read().map_err(backend)?;
+            let t = r.open_table(OBJECTS).map_err(backend)?;
+            let meta = r.open_table(META).map_err(backend)?;
+            let rv = meta
+                .get("rv")
+                .map_err(backend)?
+                .map(|g| g.value())
+                .unwrap_or(0);
+            let prefix = kind_prefix(kind, opts.namespace.as_deref());
+            let mut items = Vec::new();
+            for item in t.range(prefix.as_str()..).map_err(backend)? {
+                let (k, v) = item.map_err(backend)?;
+                if !k.value().starts_with(&prefix) {
+                    break;
+                }
+                let obj: Value = serde_json::from_slice(v.value()).map_err(backend)?;
+                if opts.selector.matches(&obj) {
+                    items.push(obj);
+                }
+            }
+            Ok(ObjectList {
+                items,
+                resource_version: rv,
+            })
+        })
+        .await
+    }
+
+    async fn create(&self, kind: Kind, obj: Value) -> Result<Value, StoreError> {
+        let obj = semantics::prepare_input(kind, obj)?;
+        let (ns, name) = super::key_of(&obj);
+        self.write(kind, ns, name, move |cur, rv| {
+            semantics::create(kind, cur, obj, rv)
+        })
+        .await
+    }
+
+    async fn update(&self, kind: Kind, obj: Value) -> Result<Value, StoreError> {
+        let obj = semantics::prepare_input(kind, obj)?;
+        let (ns, name) = super::key_of(&obj);
+        self.write(kind, ns, name, move |cur, rv| {
+            semantics::update(kind, cur, obj, rv)
+        })
+        .await
+    }
+
+    async fn update_status(&self, kind: Kind, obj: Value) -> Result<Value, StoreError> {
+        let (ns, name) = super::key_of(&obj);
+        self.write(kind, ns, name, move |cur, rv| {
+            semantics::update_status(kind, cur, obj, rv)
+        })
+        .await
+    }
+
+    async fn delete(&self, kind: Kind, namespace: &str, name: &str) -> Result<Deleted, StoreError> {
+        let (ns, nm) = (namespace.to_string(), name.to_string());
+        let marked = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let m2 = marked.clone();
+        let v = self
+            .write(kind, ns.clone(), nm.clone(), move |cur, rv| {
+                let ch = semantics::delete(kind, &ns, &nm, cur, rv)?;
+                if matches!(ch, Change::Put { .. } | Change::Unchanged(_)) {
+                    m2.store(true, std::sync::atomic::Ordering::Relaxed);
+                }
+                Ok(ch)
+            })
+            .await?;
+        if marked.load(std::sync::atomic::Ordering::Relaxed) {
+            Ok(Deleted::Marked(v))
+        } else {
+            Ok(Deleted::Gone(v))
+        }
+    }
+
+    async fn watch(
+        &self,
+        kind: Kind,
+        opts: &ListOptions,
+        from: Option<u64>,
+    ) -> Result<WatchStream, StoreError> {
+        // Subscribe before reading the log so nothing falls between them.
+        let mut live = self.inner.tx.subscribe();
+        let from = match from {
+            Some(f) => f,
+            None => {
+                self.blocking(|inner| {
+                    let r = inner.db.begin_read().map_err(backend)?;
+                    let meta = r.open_table(META).map_err(backend)?;
+                    Ok(meta
+                        .get("rv")
+                        .map_err(backend)?
+                        .map(|g| g.value())
+                        .unwrap_or(0))
+                })
+                .await?
+            }
+        };
+        // Check `from` now so a too-old version is an error of the call.
+        let inner = self.inner.clone();
+        let (backlog, _) =
+            tokio::task::spawn_blocking(move || EmbeddedStore::read_log(&inner, kind, from))
+                .await
+                .map_err(|e| StoreError::Backend(e.to_string()))??;
+        let (tx, rx) = mpsc::channel::<Result<WatchEvent, StoreError>>(256);
+        let opts = opts.clone();
+        let inner = self.inner.clone();
+        tokio::spawn(async move {
+            let ns = opts.namespace.clone();
+            let keep = |ev: &WatchEvent| {
+                matches_ns(ev.object(), ns.as_deref()) && opts.selector.matches(ev.object())
+            };
+            let mut seen = from;
+            let mut pending = backlog;
+            loop {
+                for (rv, ev) in pending.drain(..) {
+                    if rv <= seen {
+                        continue;
+                    }
+                    seen = rv;
+                    if keep(&ev) && tx.send(Ok(ev)).await.is_err() {
+                        return;
+                    }
+                }
+                match live.recv().await {
+                    Ok(b) => {
+                        if b.kind == kind {
+                            pending.push((b.rv, b.event));
+                        }
+                    }
+                    Err(broadcast::error::RecvError::Lagged(_)) => {
+                        // Too slow for the live feed: catch up from the log.
+                        let inner2 = inner.clone();
+                        let r = tokio::task::spawn_blocking(move || {
+                            EmbeddedStore::read_log(&inner2, kind, seen)
+                        })
+                        .await;
+                        match r {
+                            Ok(Ok((evs, _))) => pending = evs,
+                            Ok(Err(e)) => {
+                                let _ = tx.send(Err(e)).await;
+                                return;
+                            }
+                            Err(e) => {
+                                let _ = tx.send(Err(StoreError::Backend(e.to_string()))).await;
+                                return;
+                            }
+                        }
+                    }
+                    Err(broadcast::error::RecvError::Closed) => return,
+                }
+            }
+        });
+        Ok(Box::pin(tokio_stream::wrappers::ReceiverStream::new(rx)))
+    }
+}

@@ -10,6 +10,7 @@
 pub mod embedded;
 pub mod events;
 pub mod selector;
+pub mod semantics;
 pub mod typed;
 
 use std::pin::Pin;
@@ -190,3 +191,6 @@ pub fn key_of(obj: &Value) -> (String, String) {
         .to_string();
     (ns, name)
 }
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,131 @@
+# Shared functions of the virtual rack (sourced by deploy/lab/up and tests).
+# Everything runs inside one network namespace: a bridge that is the
+# provisioning network, libvirtd and its VMs, the Redfish emulator and
+# metalherd. Nothing leaves the namespace.
+
+LAB_QEMU_CONF=/etc/libvirt/qemu.conf
+
+lab_log() { echo "lab: $*" >&2; }
+
+# lab_netns_up NS BRIDGE CIDR
+lab_netns_up() {
+  local ns=$1 br=$2 cidr=$3
+  ip netns add "$ns"
+  ip netns exec "$ns" ip link set lo up
+  ip netns exec "$ns" ip link add "$br" type bridge
+  ip netns exec "$ns" ip link set "$br" type bridge forward_delay 0 stp_state 0
+  ip netns exec "$ns" ip addr add "$cidr" dev "$br"
+  ip netns exec "$ns" ip link set "$br" up
+}
+
+# Configure libvirt's QEMU driver to run without systemd, cgroups or
+# security drivers (backing up the original once), then start libvirtd
+# inside the namespace with its sockets under RUN.
+# lab_libvirt_up NS RUN
+lab_libvirt_up() {
+  local ns=$1 run=$2
+  if [ ! -f "$run/qemu.conf.orig" ]; then
+    cp "$LAB_QEMU_CONF" "$run/qemu.conf.orig"
+  fi
+  cat > "$LAB_QEMU_CONF" <<CONF
+security_driver = "none"
+user = "root"
+group = "root"
+dynamic_ownership = 0
+remember_owner = 0
+cgroup_controllers = []
+namespaces = []
+stdio_handler = "file"
+CONF
+  mkdir -p "$run/libvirt"
+  cat > "$run/libvirtd.conf" <<CONF
+unix_sock_dir = "$run/libvirt"
+unix_sock_group = "root"
+auth_unix_rw = "none"
+auth_unix_ro = "none"
+listen_tls = 0
+listen_tcp = 0
+CONF
+  ip netns exec "$ns" /usr/sbin/libvirtd --config "$run/libvirtd.conf" --pid-file "$run/libvirtd.pid" > "$run/libvirtd.log" 2>&1 &
+  echo $! > "$run/libvirtd.launcher.pid"
+  for _ in $(seq 1 100); do
+    [ -S "$run/libvirt/libvirt-sock" ] && return 0
+    sleep 0.1
+  done
+  lab_log "libvirtd did not start; see $run/libvirtd.log"; return 1
+}
+
+lab_virsh() { local run=$1; shift; virsh -c "qemu:///system?socket=$run/libvirt/libvirt-sock" "$@"; }
+
+# lab_define_vm RUN NAME MAC DISK BRIDGE
+lab_define_vm() {
+  local run=$1 name=$2 mac=$3 disk=$4 br=$5
+  cat > "$run/$name.xml" <<XML
+<domain type='qemu'>
+  <name>$name</name>
+  <memory unit='MiB'>512</memory>
+  <vcpu>1</vcpu>
+  <os><type arch='x86_64' machine='pc'>hvm</type><boot dev='hd'/></os>
+  <features><acpi/></features>
+  <on_reboot>restart</on_reboot>
+  <devices>
+    <emulator>/usr/bin/qemu-system-x86_64</emulator>
+    <disk type='file' device='disk'>
+      <driver name='qemu' type='raw'/>
+      <source file='$disk'/>
+      <target dev='hda' bus='ide'/>
+    </disk>
+    <interface type='bridge'>
+      <mac address='$mac'/>
+      <source bridge='$br'/>
+      <model type='e1000'/>
+    </interface>
+    <serial type='file'><source path='$run/$name.console'/><target port='0'/></serial>
+    <console type='file'><source path='$run/$name.console'/><target type='serial' port='0'/></console>
+  </devices>
+</domain>
+XML
+  lab_virsh "$run" define "$run/$name.xml" >/dev/null
+  lab_virsh "$run" domuuid "$name"
+}
+
+# lab_sushy_up NS RUN PORT: the Redfish emulator with the libvirt driver,
+# so its power actions start and stop the VMs.
+lab_sushy_up() {
+  local ns=$1 run=$2 port=$3 venv=$4
+  cat > "$run/sushy.conf" <<CONF
+SUSHY_EMULATOR_LISTEN_IP = '127.0.0.1'
+SUSHY_EMULATOR_LISTEN_PORT = $port
+SUSHY_EMULATOR_LIBVIRT_URI = 'qemu:///system?socket=$run/libvirt/libvirt-sock'
+SUSHY_EMULATOR_BOOT_LOADER_MAP = {'UEFI': {'x86_64': '/usr/share/OVMF/OVMF_CODE_4M.fd'}, 'Legacy': {'x86_64': None}}
+CONF
+  ip netns exec "$ns" "$venv/bin/sushy-emulator" --config "$run/sushy.conf" > "$run/sushy.log" 2>&1 &
+  echo $! > "$run/sushy.pid"
+  for _ in $(seq 1 150); do
+    ip netns exec "$ns" curl -fs "http://127.0.0.1:$port/redfish/v1/" >/dev/null 2>&1 && return 0
+    sleep 0.2
+  done
+  lab_log "sushy-emulator did not start; see $run/sushy.log"; return 1
+}
+
+# lab_down NS RUN: stop everything the lab started (by PID) and restore qemu.conf.
+lab_down() {
+  local ns=$1 run=$2
+  if [ -S "$run/libvirt/libvirt-sock" ]; then
+    for d in $(lab_virsh "$run" list --all --name 2>/dev/null); do
+      lab_virsh "$run" destroy "$d" >/dev/null 2>&1 || true
+      lab_virsh "$run" undefine "$d" >/dev/null 2>&1 || true
+    done
+  fi
+  for p in sushy metalherd libvirtd; do
+    [ -f "$run/$p.pid" ] && kill "$(cat "$run/$p.pid")" 2>/dev/null || true
+  done
+  sleep 0.5
+  if ip netns list | grep -qw "$ns"; then
+    for p in $(ip netns pids "$ns" 2>/dev/null); do kill -9 "$p" 2>/dev/null || true; done
+    ip netns del "$ns" 2>/dev/null || true
+  fi
+  if [ -f "$run/qemu.conf.orig" ]; then
+    cp "$run/qemu.conf.orig" "$LAB_QEMU_CONF"
+  fi
+}
