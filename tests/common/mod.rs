@@ -7,6 +7,7 @@ pub mod bmc_proxy;
 pub mod bootlab;
 pub mod dhcp_clients;
 pub mod dhcp_serve;
+pub mod ignition;
 pub mod initramfs;
 pub mod ipmi_emulators;
 pub mod lab;
