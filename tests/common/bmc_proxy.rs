@@ -95,6 +95,8 @@ impl Chaos {
 struct State {
     rules: Vec<Rule>,
     chaos: Option<Chaos>,
+    /// (method, path, body) of every request with a body.
+    bodies: Vec<(String, String, String)>,
     /// (method, path, status answered or 0 for dropped)
     log: Vec<(String, String, u16)>,
 }
@@ -168,6 +170,11 @@ impl BmcProxy {
 
     pub fn clear(&self) {
         self.state.lock().expect("lock").rules.clear();
+    }
+
+    /// Every request that carried a body: (method, path, body).
+    pub fn bodies(&self) -> Vec<(String, String, String)> {
+        self.state.lock().expect("lock").bodies.clone()
     }
 
     /// Every request seen: (method, path, status; 0 when dropped).
@@ -254,6 +261,13 @@ async fn handle(
         .await
         .map(|c| c.to_bytes())
         .unwrap_or_default();
+    if !body.is_empty() {
+        state.lock().expect("lock").bodies.push((
+            method.to_string(),
+            path.clone(),
+            String::from_utf8_lossy(&body).to_string(),
+        ));
+    }
     let url = upstream.join(&path).expect("join");
     let mut fwd = client.request(method.clone(), url).body(body);
     for (k, v) in headers.iter() {
