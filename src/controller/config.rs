@@ -34,6 +34,14 @@ pub struct ControllerConfig {
     pub retry_cap_seconds: u64,
     /// A drain (evictions honouring PodDisruptionBudgets) must finish within this.
     pub drain_timeout_seconds: u64,
+    /// How often to look while waiting for a boot, a Node or a power state.
+    pub poll_seconds: u64,
+    /// How long to wait before asking an unreachable BMC again.
+    pub bmc_retry_seconds: u64,
+    /// Per-request timeout towards a BMC.
+    pub bmc_request_timeout_seconds: u64,
+    /// How long a BMC power action may take to show in the power state.
+    pub bmc_power_deadline_seconds: u64,
     /// Kubeconfig of the cluster the machines join. Without it, Node steps
     /// are skipped and the `booted` call-home stands in for Node readiness.
     pub kubeconfig: Option<PathBuf>,
@@ -52,6 +60,10 @@ impl Default for ControllerConfig {
             retry_base_seconds: l.retry_base.as_secs(),
             retry_cap_seconds: l.retry_cap.as_secs(),
             drain_timeout_seconds: DrainOptions::default().timeout.as_secs(),
+            poll_seconds: l.poll.as_secs(),
+            bmc_retry_seconds: l.bmc_retry.as_secs(),
+            bmc_request_timeout_seconds: crate::bmc::Timing::default().request_timeout.as_secs(),
+            bmc_power_deadline_seconds: crate::bmc::Timing::default().power_deadline.as_secs(),
             kubeconfig: None,
         }
     }
@@ -72,6 +84,7 @@ pub struct ControllerSettings {
     pub boot_storm_limit: usize,
     pub drain: DrainOptions,
     pub kubeconfig: Option<PathBuf>,
+    pub bmc_timing: crate::bmc::Timing,
 }
 
 impl ControllerConfig {
@@ -86,6 +99,10 @@ impl ControllerConfig {
             ("joinDeadlineSeconds", self.join_deadline_seconds),
             ("retryBaseSeconds", self.retry_base_seconds),
             ("drainTimeoutSeconds", self.drain_timeout_seconds),
+            ("pollSeconds", self.poll_seconds),
+            ("bmcRetrySeconds", self.bmc_retry_seconds),
+            ("bmcRequestTimeoutSeconds", self.bmc_request_timeout_seconds),
+            ("bmcPowerDeadlineSeconds", self.bmc_power_deadline_seconds),
         ] {
             if v == 0 {
                 return err(field, "must be at least 1");
@@ -105,7 +122,9 @@ impl ControllerConfig {
             retry_base: secs(self.retry_base_seconds),
             retry_cap: secs(self.retry_cap_seconds),
             max_boot_attempts: self.max_boot_attempts,
-            ..Limits::default()
+            poll: secs(self.poll_seconds),
+            bmc_retry: secs(self.bmc_retry_seconds),
+            slot_wait: secs(self.poll_seconds).min(Limits::default().slot_wait),
         };
         Ok(ControllerSettings {
             runner: RunnerConfig {
@@ -121,6 +140,11 @@ impl ControllerConfig {
                 ..DrainOptions::default()
             },
             kubeconfig: self.kubeconfig.clone(),
+            bmc_timing: crate::bmc::Timing {
+                request_timeout: secs(self.bmc_request_timeout_seconds),
+                power_deadline: secs(self.bmc_power_deadline_seconds),
+                ..crate::bmc::Timing::default()
+            },
         })
     }
 }

@@ -8,4 +8,5 @@ pub mod feed;
 pub mod machine;
 pub mod queue;
 pub mod runner;
+pub mod start;
 pub mod storm;

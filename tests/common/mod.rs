@@ -16,6 +16,7 @@ pub mod manifests;
 pub mod netns;
 pub mod proc;
 pub mod qemu;
+pub mod rack;
 pub mod redfish_server;
 pub mod server;
 pub mod sushy;

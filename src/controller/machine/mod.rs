@@ -5,7 +5,9 @@
 
 mod boot;
 pub mod decide;
+pub mod execute;
 pub mod plan;
+pub mod reconcile;
 
 #[cfg(test)]
 mod tests;
@@ -15,3 +17,4 @@ pub use plan::{
     BmcObserved, BootPurpose, ClassObserved, ClassView, Limits, NodeObserved, Observed, Plan, Step,
     desired_revision,
 };
+pub use reconcile::MachineReconciler;
