@@ -44,9 +44,9 @@ pub struct ServeArgs {
 pub async fn serve(global: &crate::cli::GlobalArgs, args: ServeArgs) -> anyhow::Result<()> {
     let data_dir = global.data_dir.clone();
     prepare_data_dir(&data_dir)?;
-    let _config = match &args.config {
-        Some(p) => Some(crate::config::ConfigFile::load(p)?),
-        None => None,
+    let config = match &args.config {
+        Some(p) => crate::config::ConfigFile::load(p)?,
+        None => crate::config::ConfigFile::default(),
     };
     let store_path = data_dir.join(STORE_FILE);
     let store: Arc<dyn Store> =
@@ -73,6 +73,7 @@ pub async fn serve(global: &crate::cli::GlobalArgs, args: ServeArgs) -> anyhow::
     let cancel = CancellationToken::new();
     let registry = MetricsRegistry::new();
     let api_metrics = ApiMetrics::register(&registry);
+    registry.with_registry(crate::bmc::ipmi::metrics::register);
     let mut tasks: JoinSet<()> = JoinSet::new();
 
     // The boot directory: MAC/IP -> Machine index for the boot services.
@@ -82,10 +83,77 @@ pub async fn serve(global: &crate::cli::GlobalArgs, args: ServeArgs) -> anyhow::
     // ---- Boot services start here (DHCP, TFTP, boot HTTP, Ignition). ----
     // They take `store`, `directory`, `registry` (metrics) and a child of
     // `cancel`, bind their sockets now (fail fast), and run in `tasks`.
+    let recorder = crate::directory::BootRecorder::spawn(store.clone(), cancel.clone());
+    if let Some(wire) = config.dhcp.clone() {
+        let metrics = crate::dhcp::metrics::DhcpMetrics::default();
+        registry.with_registry(|r| metrics.register(r));
+        let settings = crate::dhcp::DhcpSettings::try_from(wire).context("config dhcp")?;
+        let bound = crate::dhcp::server::BoundServer::bind(settings, &data_dir).await?;
+        let (st, dir, rec, c) = (
+            store.clone(),
+            directory.clone(),
+            recorder.clone(),
+            cancel.clone(),
+        );
+        tasks.spawn(async move {
+            if let Err(e) = bound.serve(dir, st, rec, metrics, c.clone()).await {
+                tracing::error!(error = %e, "DHCP server stopped");
+                c.cancel();
+            }
+        });
+    }
+
+    if let Some(wire) = config.tftp.clone() {
+        let metrics = crate::tftp::TftpMetrics::default();
+        registry.with_registry(|r| metrics.register(r));
+        let source = crate::tftp::DirSource::new(&wire.root)
+            .with_context(|| format!("config tftp.root {}", wire.root.display()))?;
+        let bound = crate::tftp::bind(&wire)?;
+        let events = Arc::new(crate::tftp::BootTimeline {
+            directory: directory.clone(),
+            recorder: recorder.clone(),
+        });
+        tasks.spawn(bound.serve(Arc::new(source), events, metrics, cancel.clone()));
+    }
+    if let Some(wire) = config.boot.clone() {
+        let settings = wire.settings(&data_dir).context("config boot")?;
+        let metrics = crate::http::boot::BootMetrics::default();
+        registry.with_registry(|r| metrics.register_into(r));
+        crate::http::boot::start(
+            settings,
+            crate::http::boot::BootDeps {
+                store: store.clone(),
+                directory: directory.clone(),
+                recorder: recorder.clone(),
+                ignition: Arc::new(crate::http::boot::ignition::MinimalIgnition),
+                leases: None,
+                metrics,
+            },
+            &mut tasks,
+            cancel.clone(),
+        )
+        .await?;
+    }
 
     // ---- Controllers start here (machine, machineset). ----
     // They take `store`, `registry` and a child of `cancel` and run in
     // `tasks`.
+    let controller = config
+        .controller
+        .clone()
+        .unwrap_or_default()
+        .validate()
+        .context("config controller")?;
+    let runner_metrics = crate::controller::runner::RunnerMetrics::default();
+    registry.with_registry(|r| runner_metrics.register(r));
+    crate::controller::start::start_machine_controller(
+        store.clone(),
+        controller,
+        runner_metrics,
+        &mut tasks,
+        cancel.clone(),
+    )
+    .await?;
 
     let state = ApiState {
         store: store.clone(),

@@ -44,6 +44,14 @@ impl MetricsRegistry {
         }
     }
 
+    /// Register a subsystem's whole metric set at once (names under the
+    /// `metalherd_` prefix).
+    pub fn with_registry(&self, f: impl FnOnce(&mut Registry)) {
+        if let Ok(mut r) = self.inner.lock() {
+            f(&mut r);
+        }
+    }
+
     /// The Prometheus/OpenMetrics text exposition.
     pub fn encode(&self) -> String {
         let mut out = String::new();
