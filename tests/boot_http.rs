@@ -381,8 +381,24 @@ async fn scripts_images_and_malformed_requests() {
         .unwrap();
     assert_eq!(r.bytes().await.unwrap().as_ref(), &kernel[10..20]);
 
-    // Unknown machines get the discovery script and are recorded.
-    let d = get("/boot.ipxe?mac=52-54-00-aa-bb-cc&arch=x86_64")
+    // Unknown machines get the discovery script and no OS; the DHCP
+    // server's DiscoveredMachine has its lastSeen refreshed, but HTTP alone
+    // never creates one.
+    let seen_long_ago = jiff::Timestamp::UNIX_EPOCH;
+    let mut dm = metalherd::api::DiscoveredMachine::new(
+        "mac-525400aabbcc",
+        metalherd::api::DiscoveredMachineSpec {
+            mac_address: "52:54:00:aa:bb:cc".into(),
+            architecture: Some("efi-x86_64".into()),
+            vendor_class: None,
+            address: None,
+            first_seen: seen_long_ago,
+            last_seen: seen_long_ago,
+        },
+    );
+    dm.metadata.namespace = Some("default".into());
+    s.store.create_obj(&dm).await.unwrap();
+    let d = get("/boot.ipxe?mac=52-54-00-aa-bb-cc&arch=7")
         .await
         .unwrap()
         .text()
@@ -391,10 +407,21 @@ async fn scripts_images_and_malformed_requests() {
     assert!(d.contains("not known") && !d.contains("kernel"), "{d}");
     let dm: metalherd::api::DiscoveredMachine = s
         .store
-        .get_obj("default", "52-54-00-aa-bb-cc")
+        .get_obj("default", "mac-525400aabbcc")
         .await
         .unwrap();
-    assert_eq!(dm.spec.architecture.as_deref(), Some("x86_64"));
+    assert!(dm.spec.last_seen > seen_long_ago);
+    assert_eq!(dm.spec.architecture.as_deref(), Some("efi-x86_64"));
+    let d = get("/boot.ipxe?mac=52-54-00-aa-bb-dd")
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(d.contains("not known"));
+    let all: Vec<metalherd::api::DiscoveredMachine> =
+        s.store.list_obj(&Default::default()).await.unwrap();
+    assert_eq!(all.len(), 1, "HTTP must not create DiscoveredMachines");
 
     for (path, status, words) in [
         ("/boot.ipxe?mac=zz", 400, "mac"),
@@ -456,4 +483,54 @@ async fn scripts_images_and_malformed_requests() {
     assert_eq!(steps[0].0, "Script");
     assert_eq!(steps[1], ("Kernel".to_string(), Some(100_000)));
     assert_eq!(steps[2], ("Kernel".to_string(), Some(10)));
+}
+
+#[tokio::test]
+async fn image_cache_downloads_over_http_once_and_verifies() {
+    let s = start().await;
+    let bytes: Vec<u8> = (0..500_000u32).map(|i| (i % 253) as u8).collect();
+    std::fs::write(s.assets.join("vmlinuz"), &bytes).unwrap();
+    let sha = {
+        use sha2::Digest;
+        hex::encode(sha2::Sha256::digest(&bytes))
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let cache = boot::ImageCache::new(dir.path().join("cache"));
+    let art = metalherd::api::Artifact {
+        url: format!("{}/assets/vmlinuz", s.url),
+        sha256: Some(sha.clone()),
+        sha512: None,
+    };
+    // Concurrent requests share one download.
+    let (a, b) = tokio::join!(cache.ensure(&art), cache.ensure(&art));
+    assert_eq!(a.unwrap(), sha);
+    assert_eq!(b.unwrap(), sha);
+    assert_eq!(
+        std::fs::read(cache.lookup(&sha).await.unwrap()).unwrap(),
+        bytes
+    );
+    // Served from disk afterwards: the source can go away.
+    std::fs::remove_file(s.assets.join("vmlinuz")).unwrap();
+    assert_eq!(cache.ensure(&art).await.unwrap(), sha);
+    // A digest that does not match is never cached.
+    std::fs::write(s.assets.join("other"), b"other").unwrap();
+    let bad = metalherd::api::Artifact {
+        url: format!("{}/assets/other", s.url),
+        sha256: Some("0".repeat(64)),
+        sha512: None,
+    };
+    assert!(matches!(
+        cache.ensure(&bad).await,
+        Err(boot::cache::CacheError::Mismatch { .. })
+    ));
+    assert!(cache.lookup(&"0".repeat(64)).await.is_none());
+    let missing = metalherd::api::Artifact {
+        url: format!("{}/assets/missing", s.url),
+        sha256: Some("1".repeat(64)),
+        sha512: None,
+    };
+    assert!(matches!(
+        cache.ensure(&missing).await,
+        Err(boot::cache::CacheError::Download { .. })
+    ));
 }

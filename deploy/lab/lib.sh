@@ -137,3 +137,86 @@ lab_down() {
     cp "$run/qemu.conf.orig" "$LAB_QEMU_CONF"
   fi
 }
+
+# lab_config RUN BRIDGE: metalherd's config for the lab's boot network
+# (10.89.0.0/24 exists only inside the lab namespace).
+lab_config() {
+  local run=$1 br=$2 root=$3
+  cat > "$run/config.yaml" <<CONF
+dhcp:
+  interface: $br
+  serverAddress: 10.89.0.1
+  httpBootUrl: http://10.89.0.1:8080
+  subnets:
+  - subnet: 10.89.0.0/24
+    ranges: [{start: 10.89.0.100, end: 10.89.0.150}]
+    router: 10.89.0.1
+    dns: [10.89.0.1]
+tftp:
+  listen: 10.89.0.1:69
+  root: $root/boot-assets
+boot:
+  listen: 10.89.0.1:8080
+  assetsDir: $root/boot-assets
+  kernelArgs: [console=ttyS0]
+  routerAdvertisement: {interface: $br}
+controller:
+  installDeadlineSeconds: ${LAB_INSTALL_DEADLINE:-600}
+  joinDeadlineSeconds: ${LAB_JOIN_DEADLINE:-600}
+  resyncSeconds: 5
+  bootStormLimit: ${LAB_BOOT_STORM_LIMIT:-4}
+CONF
+}
+
+# lab_manifests RUN KERNEL INITRD UUID...: a bootstrap-token Secret, the
+# lab's MachineClass (Debian's kernel + the lab initramfs as the "OS"), and
+# one Machine with its BMC Secret per VM, addressed by its Redfish system.
+lab_manifests() {
+  local run=$1 kernel=$2 initrd=$3; shift 3
+  local ksum isum i=0
+  ksum=$(sha256sum "$kernel" | cut -d' ' -f1)
+  isum=$(sha256sum "$initrd" | cut -d' ' -f1)
+  cat > "$run/class.yaml" <<YAML
+apiVersion: v1
+kind: Secret
+metadata: {name: lab-join-token, namespace: default}
+stringData: {token: "abcdef.0123456789abcdef"}
+---
+apiVersion: metalherd.dev/v1alpha1
+kind: MachineClass
+metadata: {name: lab, namespace: default}
+spec:
+  image:
+    os: flatcar
+    version: ${LAB_IMAGE_VERSION:-4230.2.3}
+    kernel: {url: "file://$kernel", sha256: "$ksum"}
+    initrd: {url: "file://$initrd", sha256: "$isum"}
+  kubernetes: {version: ${LAB_KUBELET_VERSION:-v1.33.2}}
+  containerRuntime: {name: containerd, version: "1.7.27"}
+  join:
+    apiServerEndpoint: "10.89.0.1:6443"
+    caCertHashes: ["sha256:$(printf 'ab%.0s' $(seq 1 32))"]
+    tokenSecretRef: {name: lab-join-token}
+YAML
+  : > "$run/machines.yaml"
+  for uuid in "$@"; do
+    i=$((i + 1))
+    cat >> "$run/machines.yaml" <<YAML
+---
+apiVersion: v1
+kind: Secret
+metadata: {name: vm$i-bmc, namespace: default}
+stringData: {username: admin, password: password}
+---
+apiVersion: metalherd.dev/v1alpha1
+kind: Machine
+metadata: {name: vm$i, namespace: default, labels: {rack: lab}}
+spec:
+  bmc:
+    address: redfish+http://127.0.0.1:8000/redfish/v1/Systems/$uuid
+    credentialsSecretRef: {name: vm$i-bmc}
+  network: {address: 10.89.0.$((10 + i))/24, gateway: 10.89.0.1, hostname: vm$i}
+  classRef: {name: lab}
+YAML
+  done
+}

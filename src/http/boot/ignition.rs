@@ -40,9 +40,14 @@ impl IgnitionStage {
     }
 }
 
-/// URLs and ids a renderer may need to write into a config.
-#[derive(Clone, Debug)]
+/// URLs and ids a renderer may need to write into a config. Debug hides the
+/// token (it is in `node_config_url` and `callhome_query` too).
+#[derive(Clone)]
 pub struct IgnitionContext {
+    /// The per-boot token.
+    pub token: String,
+    /// The MAC the machine booted from, `aa:bb:cc:dd:ee:ff`.
+    pub mac: String,
     /// `http://host:port` of the boot server.
     pub base_url: String,
     /// The node config URL (stage `node`) for this boot, token included.
@@ -52,6 +57,17 @@ pub struct IgnitionContext {
     /// Query string (`mac=..&token=..`) call-homes must carry.
     pub callhome_query: String,
     pub boot_id: String,
+}
+
+impl std::fmt::Debug for IgnitionContext {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("IgnitionContext")
+            .field("base_url", &self.base_url)
+            .field("mac", &self.mac)
+            .field("boot_id", &self.boot_id)
+            .field("token", &"<redacted>")
+            .finish_non_exhaustive()
+    }
 }
 
 #[derive(Debug, thiserror::Error)]

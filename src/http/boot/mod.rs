@@ -191,6 +191,8 @@ impl BootState {
         let base = &self.settings.base_url;
         let q = format!("mac={}&token={token}", script::mac_hyphen(mac));
         IgnitionContext {
+            token: token.to_string(),
+            mac: crate::api::validate::format_mac(mac),
             base_url: base.clone(),
             node_config_url: format!("{base}/ignition?{q}&stage=node"),
             callhome_base: format!("{base}/callhome"),

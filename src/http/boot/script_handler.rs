@@ -1,7 +1,8 @@
 //! `GET /boot.ipxe[?mac=..&arch=..&platform=..]`: picks and renders a
 //! machine's iPXE script. Without a MAC it answers a chain script that asks
-//! again with iPXE's own values. An unknown MAC is recorded as a
-//! DiscoveredMachine and never gets an OS.
+//! again with iPXE's own values. An unknown MAC gets a script that says so
+//! and hands back to the firmware: it never gets an OS (DHCP records it as a
+//! DiscoveredMachine; this only refreshes that object's `lastSeen`).
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -13,7 +14,7 @@ use http::{StatusCode, header};
 use super::metrics::{Endpoint, ErrorReason};
 use super::script::{self, InstallParams, Platform, WaitReason, is_word, mac_hyphen};
 use super::{BootState, Params, reply};
-use crate::api::{DiscoveredMachine, DiscoveredMachineSpec, Machine};
+use crate::api::{DiscoveredMachine, Machine};
 use crate::directory::{BootIntent, MachineEntry};
 use crate::store::TypedStore;
 
@@ -63,7 +64,7 @@ async fn serve(st: &BootState, peer: SocketAddr, q: &str) -> Response {
     let span = tracing::info_span!("boot_script", mac = %mac_hyphen(&mac), peer = %peer.ip());
     let _e = span.enter();
     let Some(entry) = st.directory.by_mac(&mac) else {
-        discovered(st, &mac, arch, peer).await;
+        discovered(st, &mac, peer).await;
         tracing::info!("unknown machine: discovery script");
         return match script::render_wait(&mac, WaitReason::Unknown, wait) {
             Ok(s) => ipxe(s),
@@ -183,38 +184,26 @@ async fn install(
     }))
 }
 
-/// Record (or refresh) a DiscoveredMachine for an unknown MAC. Best effort.
-async fn discovered(st: &BootState, mac: &[u8; 6], arch: Option<&str>, peer: SocketAddr) {
-    let name = mac_hyphen(mac);
+/// Refresh `lastSeen` of the DiscoveredMachine the DHCP server recorded for
+/// this MAC (at most once a minute). HTTP never creates one: anyone can ask
+/// for any MAC over HTTP, and objects must not be minted from that.
+async fn discovered(st: &BootState, mac: &[u8; 6], peer: SocketAddr) {
+    let name = crate::dhcp::discovery::object_name(mac);
     let now = jiff::Timestamp::now();
     let store = st.store.as_ref();
     let r = match store.get_obj::<DiscoveredMachine>("default", &name).await {
         Ok(mut d) => {
+            if now.duration_since(d.spec.last_seen) < jiff::SignedDuration::from_secs(60) {
+                return;
+            }
             d.spec.last_seen = now;
             d.spec.address = Some(peer.ip().to_string());
-            if let Some(a) = arch {
-                d.spec.architecture = Some(a.to_string());
-            }
             store.update_obj(&d).await.map(|_| ())
         }
-        Err(e) if e.is_not_found() => {
-            let mut d = DiscoveredMachine::new(
-                &name,
-                DiscoveredMachineSpec {
-                    mac_address: crate::api::validate::format_mac(mac),
-                    architecture: arch.map(str::to_string),
-                    vendor_class: None,
-                    address: Some(peer.ip().to_string()),
-                    first_seen: now,
-                    last_seen: now,
-                },
-            );
-            d.metadata.namespace = Some("default".into());
-            store.create_obj(&d).await.map(|_| ())
-        }
+        Err(e) if e.is_not_found() => Ok(()),
         Err(e) => Err(e),
     };
     if let Err(e) = r {
-        tracing::warn!(error = %e, "cannot record discovered machine");
+        tracing::warn!(error = %e, "cannot refresh discovered machine");
     }
 }
