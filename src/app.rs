@@ -73,6 +73,7 @@ pub async fn serve(global: &crate::cli::GlobalArgs, args: ServeArgs) -> anyhow::
     let cancel = CancellationToken::new();
     let registry = MetricsRegistry::new();
     let api_metrics = ApiMetrics::register(&registry);
+    registry.with_registry(crate::bmc::ipmi::metrics::register);
     let mut tasks: JoinSet<()> = JoinSet::new();
 
     // The boot directory: MAC/IP -> Machine index for the boot services.
@@ -102,9 +103,57 @@ pub async fn serve(global: &crate::cli::GlobalArgs, args: ServeArgs) -> anyhow::
         });
     }
 
+    if let Some(wire) = config.tftp.clone() {
+        let metrics = crate::tftp::TftpMetrics::default();
+        registry.with_registry(|r| metrics.register(r));
+        let source = crate::tftp::DirSource::new(&wire.root)
+            .with_context(|| format!("config tftp.root {}", wire.root.display()))?;
+        let bound = crate::tftp::bind(&wire)?;
+        let events = Arc::new(crate::tftp::BootTimeline {
+            directory: directory.clone(),
+            recorder: recorder.clone(),
+        });
+        tasks.spawn(bound.serve(Arc::new(source), events, metrics, cancel.clone()));
+    }
+    if let Some(wire) = config.boot.clone() {
+        let settings = wire.settings(&data_dir).context("config boot")?;
+        let metrics = crate::http::boot::BootMetrics::default();
+        registry.with_registry(|r| metrics.register_into(r));
+        crate::http::boot::start(
+            settings,
+            crate::http::boot::BootDeps {
+                store: store.clone(),
+                directory: directory.clone(),
+                recorder: recorder.clone(),
+                ignition: Arc::new(crate::http::boot::ignition::MinimalIgnition),
+                leases: None,
+                metrics,
+            },
+            &mut tasks,
+            cancel.clone(),
+        )
+        .await?;
+    }
+
     // ---- Controllers start here (machine, machineset). ----
     // They take `store`, `registry` and a child of `cancel` and run in
     // `tasks`.
+    let controller_config = config.controller.clone().unwrap_or_default();
+    let controller = controller_config.validate().context("config controller")?;
+    if controller_config.enabled {
+        let runner_metrics = crate::controller::runner::RunnerMetrics::default();
+        registry.with_registry(|r| runner_metrics.register(r));
+        crate::controller::start::start_machine_controller(
+            store.clone(),
+            controller,
+            runner_metrics,
+            &mut tasks,
+            cancel.clone(),
+        )
+        .await?;
+    } else {
+        tracing::info!("machine controller disabled by config");
+    }
 
     let state = ApiState {
         store: store.clone(),

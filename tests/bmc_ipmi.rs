@@ -229,6 +229,17 @@ async fn expect_bad_credentials(port: u16, suite: CipherSuite) {
 async fn wrong_password_is_bad_credentials_on_both_emulators() {
     let sim = IpmiSim::start();
     expect_bad_credentials(sim.port, CipherSuite::Suite3).await;
+    // ipmi_sim also refuses an unknown user name (RAKP 2 status 0x0d).
+    let err = IpmiBmc::connect(
+        "127.0.0.1",
+        sim.port,
+        Credentials::new("nobody", PASSWORD),
+        CipherSuite::Suite3,
+        timing(),
+    )
+    .await
+    .expect_err("unknown user");
+    assert!(matches!(err, BmcError::BadCredentials { .. }), "got {err}");
     let pyg = PyghmiBmc::start(true);
     expect_bad_credentials(pyg.port, CipherSuite::Suite3).await;
     expect_bad_credentials(pyg.port, CipherSuite::Suite17).await;
@@ -251,6 +262,58 @@ async fn ipmi_sim_refuses_suite17_with_a_typed_error() {
     .await
     .expect_err("suite 17 against ipmi_sim");
     assert!(matches!(err, BmcError::Unsupported { .. }), "got {err}");
+
+    // connect_best tries 17 and falls back to 3 on a refusal.
+    let bmc = IpmiBmc::connect_best("127.0.0.1", sim.port, creds(PASSWORD), timing())
+        .await
+        .expect("connect_best");
+    assert_eq!(bmc.suite().await, Some(CipherSuite::Suite3));
+    assert_eq!(bmc.power_state().await.expect("power"), PowerState::Off);
+    bmc.close().await.expect("close");
+}
+
+/// Stock pyghmi answers a suite 17 request with suite 3's algorithms: a
+/// downgrade we refuse (typed), and connect_best then uses 3. With the
+/// suite 17 switch, connect_best gets 17.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn suite_negotiation_against_stock_and_suite17_pyghmi() {
+    let stock = PyghmiBmc::start(false);
+    let err = IpmiBmc::connect(
+        "127.0.0.1",
+        stock.port,
+        creds(PASSWORD),
+        CipherSuite::Suite17,
+        timing(),
+    )
+    .await
+    .expect_err("stock pyghmi has no suite 17");
+    assert!(matches!(err, BmcError::Unsupported { .. }), "got {err}");
+    let (ok, out) = ipmitool(stock.port, 17, PASSWORD, &["power", "status"]);
+    assert!(!ok, "ipmitool -C 17 against stock pyghmi: {out}");
+    let bmc = IpmiBmc::connect_best("127.0.0.1", stock.port, creds(PASSWORD), timing())
+        .await
+        .expect("connect_best");
+    assert_eq!(bmc.suite().await, Some(CipherSuite::Suite3));
+    bmc.close().await.expect("close");
+
+    let s17 = PyghmiBmc::start(true);
+    let bmc = IpmiBmc::connect_best("127.0.0.1", s17.port, creds(PASSWORD), timing())
+        .await
+        .expect("connect_best");
+    assert_eq!(bmc.suite().await, Some(CipherSuite::Suite17));
+    assert_eq!(bmc.power_state().await.expect("power"), PowerState::Off);
+    drop(bmc); // closes its session in the background
+
+    // The connector's way: a driver built without I/O connects (and
+    // negotiates) on first use.
+    let lazy = IpmiBmc::new("127.0.0.1", s17.port, creds(PASSWORD), None, timing());
+    assert_eq!(lazy.suite().await, None);
+    assert_eq!(lazy.power_state().await.expect("power"), PowerState::Off);
+    assert_eq!(lazy.suite().await, Some(CipherSuite::Suite17));
+    lazy.close().await.expect("close");
+    let wrong = IpmiBmc::new("127.0.0.1", s17.port, creds("nope"), None, timing());
+    let err = wrong.power_state().await.expect_err("wrong password");
+    assert!(matches!(err, BmcError::BadCredentials { .. }), "got {err}");
 }
 
 /// A BMC that acknowledges and does nothing: the read-back and the power

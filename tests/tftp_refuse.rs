@@ -60,10 +60,12 @@ async fn traversal_attempts_are_refused_with_an_error_packet() {
             other => panic!("{name}: expected ERROR, got {other:?}"),
         }
     }
-    assert_eq!(
-        fx.metrics.transfers_with("forbidden"),
-        attempts.len() as u64
-    );
+    // Counted just after the ERROR is sent: wait for it.
+    let want = attempts.len() as u64;
+    eventually("every attempt counted", || {
+        fx.metrics.transfers_with("forbidden") == want
+    })
+    .await;
 
     // Real clients get the refusal too, and never the secret.
     let out_dir = tempfile::tempdir().unwrap();
@@ -111,7 +113,10 @@ async fn write_requests_are_refused() {
     assert!(!o.status.success(), "atftp put: {o:?}");
     assert!(!fx.root().join("up.bin").exists());
     assert!(!fx.root().join("new.bin").exists());
-    assert_eq!(fx.metrics.transfers_with("write_refused"), 2);
+    eventually("both writes counted", || {
+        fx.metrics.transfers_with("write_refused") == 2
+    })
+    .await;
     fx.stop().await;
 }
 
@@ -211,6 +216,48 @@ async fn a_client_error_after_oack_ends_the_transfer_at_once() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_request_from_the_same_port_after_a_size_probe_is_served() {
+    let fx = start(|_| {}).await;
+    let s = raw_socket();
+    s.send_to(
+        &rrq("ipxe.efi", &[("tsize", "0"), ("blksize", "1468")]),
+        fx.addr,
+    )
+    .unwrap();
+    let (probe_tid, p) = recv_packet(&s);
+    assert!(matches!(p, Packet::Oack { .. }), "{p:?}");
+    // The real read, from the same port, before the probe is aborted.
+    s.send_to(&rrq("ipxe.efi", &[("blksize", "1468")]), fx.addr)
+        .unwrap();
+    s.send_to(
+        &Packet::Error {
+            code: 8,
+            message: "probe".into(),
+        }
+        .encode(),
+        probe_tid,
+    )
+    .unwrap();
+    let (tid, p) = recv_packet(&s);
+    assert_ne!(tid, probe_tid);
+    assert!(matches!(p, Packet::Oack { .. }), "{p:?}");
+    s.send_to(
+        &Packet::Error {
+            code: 0,
+            message: "done".into(),
+        }
+        .encode(),
+        tid,
+    )
+    .unwrap();
+    eventually("both transfers ended by the client", || {
+        fx.metrics.transfers_with("client_error") == 2
+    })
+    .await;
+    fx.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_vanished_client_ends_its_transfer_after_the_retries() {
     let fx = start(|c| {
         c.timeout_ms = 50;
@@ -300,6 +347,17 @@ async fn busy_and_duplicate_requests_are_dropped_and_shutdown_drains() {
             .is_some_and(|c| c.get() == 1)
     })
     .await;
+    // A different request from the same port is not a duplicate (UEFI reads
+    // right after its size probe, maybe from the same port): with the only
+    // slot taken it is dropped as busy, not as a duplicate.
+    s.send_to(&rrq("exact.bin", &[]), fx.addr).unwrap();
+    eventually("busy dropped", || {
+        fx.metrics
+            .dropped_requests
+            .get(&metalherd::tftp::metrics::ReasonLabel { reason: "busy" })
+            .is_some_and(|c| c.get() == 1)
+    })
+    .await;
     // Another client while the only slot is taken: dropped as busy.
     let other = raw_socket();
     other.send_to(&rrq("random.bin", &[]), fx.addr).unwrap();
@@ -307,7 +365,7 @@ async fn busy_and_duplicate_requests_are_dropped_and_shutdown_drains() {
         fx.metrics
             .dropped_requests
             .get(&metalherd::tftp::metrics::ReasonLabel { reason: "busy" })
-            .is_some_and(|c| c.get() == 1)
+            .is_some_and(|c| c.get() == 2)
     })
     .await;
     // Shutdown: the stalled transfer is aborted after the drain deadline

@@ -9,6 +9,7 @@ pub mod apply;
 pub mod bmc;
 pub mod client;
 pub mod objects;
+pub mod reimage;
 pub mod render;
 pub mod show;
 
@@ -62,4 +63,6 @@ pub enum Command {
     Bmc(bmc::BmcArgs),
     /// Render generated artifacts (Ignition configs).
     Render(render::RenderArgs),
+    /// Reinstall a Machine in place (same name and address).
+    Reimage(reimage::ReimageArgs),
 }

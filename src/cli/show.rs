@@ -226,7 +226,12 @@ fn render(head: &[String], rows: &[Vec<String>], header: bool) -> String {
         for (i, c) in cells.iter().enumerate() {
             l.push_str(c);
             if i + 1 < n {
-                let pad = widths.get(i).copied().unwrap_or(0) - c.chars().count() + 3;
+                let pad = widths
+                    .get(i)
+                    .copied()
+                    .unwrap_or(0)
+                    .saturating_sub(c.chars().count())
+                    + 3;
                 l.push_str(&" ".repeat(pad));
             }
         }

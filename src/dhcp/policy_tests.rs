@@ -289,6 +289,95 @@ fn proxy_mode_gives_boot_info_never_an_address() {
     assert!(l.is_empty());
 }
 
+#[test]
+fn renewal_is_unicast_and_extends_the_lease_inform_gets_options_only() {
+    let p = policy("");
+    let mut l = LeaseTable::new();
+    l.bind(Ipv4Addr::new(10, 0, 0, 7), KNOWN, 100);
+    let mut b = raw_request(KNOWN, &[(53, &[3])]);
+    b[12..16].copy_from_slice(&[10, 0, 0, 7]);
+    let out = p.handle(&b, Via::Port67, &fake(), &mut l, 90);
+    let r = out.reply.unwrap();
+    assert_eq!(r.to, Dest::Unicast(Ipv4Addr::new(10, 0, 0, 7)));
+    assert_eq!(decode(&r).opts().msg_type(), Some(MessageType::Ack));
+    assert_eq!(
+        l.get(Ipv4Addr::new(10, 0, 0, 7)).unwrap().expires,
+        90 + 3600
+    );
+    assert_eq!(out.writes.len(), 1);
+
+    let mut b = raw_request(KNOWN, &[(53, &[8])]);
+    b[12..16].copy_from_slice(&[10, 0, 0, 7]);
+    let out = p.handle(&b, Via::Port67, &fake(), &mut l, 95);
+    let m = decode(out.reply.as_ref().unwrap());
+    assert_eq!(m.yiaddr(), Ipv4Addr::UNSPECIFIED);
+    assert!(m.opts().get(OptionCode::AddressLeaseTime).is_none());
+    assert!(m.opts().get(OptionCode::Router).is_some());
+    assert!(out.writes.is_empty());
+}
+
+#[test]
+fn ipxe_gets_its_script_url_http_boot_gets_a_url_and_option_60() {
+    let p = policy("");
+    let mut l = LeaseTable::new();
+    let b = raw_request(
+        KNOWN,
+        &[
+            (53, &[1]),
+            (60, b"PXEClient:Arch:00007"),
+            (77, b"iPXE"),
+            (93, &[0, 7]),
+        ],
+    );
+    let m = decode(
+        p.handle(&b, Via::Port67, &fake(), &mut l, 0)
+            .reply
+            .as_ref()
+            .unwrap(),
+    );
+    assert_eq!(
+        m.opts().get(OptionCode::BootfileName),
+        Some(&DhcpOption::BootfileName(
+            b"http://10.0.0.1:8080/boot.ipxe?mac=52:54:00:12:34:56&arch=7".to_vec()
+        ))
+    );
+    let b = raw_request(
+        KNOWN,
+        &[
+            (53, &[1]),
+            (60, b"HTTPClient:Arch:00016:UNDI:003016"),
+            (93, &[0, 16]),
+        ],
+    );
+    let m = decode(
+        p.handle(&b, Via::Port67, &fake(), &mut l, 0)
+            .reply
+            .as_ref()
+            .unwrap(),
+    );
+    assert_eq!(
+        m.opts().get(OptionCode::BootfileName),
+        Some(&DhcpOption::BootfileName(
+            b"http://10.0.0.1:8080/ipxe.efi".to_vec()
+        ))
+    );
+    assert_eq!(
+        m.opts().get(OptionCode::ClassIdentifier),
+        Some(&DhcpOption::ClassIdentifier(b"HTTPClient".to_vec()))
+    );
+}
+
+#[test]
+fn bad_input_is_counted_and_changes_no_lease() {
+    let p = policy("discovery: {enabled: true}\n");
+    let mut l = LeaseTable::new();
+    let mut b = pxe(STRANGER, 3, &[(50, &[10, 0, 0, 100])]);
+    b.truncate(b.len() - 4);
+    let out = p.handle(&b, Via::Port67, &fake(), &mut l, 0);
+    assert_eq!(out.dropped, Some(DropReason::Truncated));
+    assert!(out.reply.is_none() && out.writes.is_empty() && l.is_empty());
+}
+
 proptest! {
     #[test]
     fn any_bytes_give_a_decodable_reply_or_nothing(bytes in proptest::collection::vec(any::<u8>(), 0..700)) {

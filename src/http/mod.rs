@@ -2,6 +2,7 @@
 //! call-home) and the API/UI/metrics server.
 
 pub mod api;
+pub mod boot;
 pub mod boot_config;
 pub mod ops;
 pub mod ui;

@@ -1,2 +1,35 @@
 //! Typed Ignition (spec 3.3.0) and pure rendering of a Machine's install and
-//! node configs from its MachineClass. Never imports `controller`.
+//! node configs from its MachineClass.
+//!
+//! - [`spec`]: serde structs for the part of the spec metalherd emits.
+//! - [`render()`]: `(Stage, Machine, MachineClass, secrets, per-boot context)
+//!   -> Config`, refusing bad input with a [`RenderError`] naming the field.
+//! - [`templates`]: the text inside files lives in askama templates under
+//!   `ignition/`; values are checked before they reach a template.
+//! - [`merge`]: class fragments become `ignition.config.merge` entries.
+//! - [`redact()`]: the config with secret values replaced by `<redacted>`.
+//!
+//! No sockets, files or clocks here, and never an import of `controller`:
+//! the HTTP boot service serves what this module renders.
+
+pub mod error;
+mod install;
+mod join;
+pub mod merge;
+mod node;
+pub mod redact;
+pub mod render;
+pub mod spec;
+pub mod templates;
+
+pub use error::RenderError;
+pub use redact::{REDACTED, redact};
+pub use render::{
+    NodeConfigSource, RenderContext, RenderSecrets, Stage, TOKEN_KEY, render, to_json,
+};
+pub use spec::Config;
+
+/// The config with the join token and the per-boot token redacted.
+pub fn redacted(config: &Config, secrets: &RenderSecrets, ctx: &RenderContext) -> Config {
+    redact(config, &[secrets.join_token(), ctx.boot_token.as_str()])
+}

@@ -4,8 +4,10 @@
 //! protocol decisions are the session's; this file only moves bytes
 //! between sockets, the file source and the session, and keeps metrics.
 
-use std::collections::HashSet;
+use std::collections::HashMap;
+use std::hash::{Hash, Hasher};
 use std::net::{IpAddr, SocketAddr};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -90,9 +92,13 @@ struct Ctx {
     metrics: TftpMetrics,
     limits: Limits,
     local_ip: IpAddr,
-    /// Peers with a transfer running: a retransmitted request from the
-    /// same address and port must not start a second transfer.
-    active: Mutex<HashSet<SocketAddr>>,
+    /// Peers with a transfer running, with a digest of the request that
+    /// started it and the transfer's id: a retransmitted (byte-identical)
+    /// request from the same address and port must not start a second
+    /// transfer, while a different one (UEFI's real read right after its
+    /// size probe, possibly from the same port) must not be dropped.
+    active: Mutex<HashMap<SocketAddr, (u64, u64)>>,
+    next_id: AtomicU64,
 }
 
 impl TftpServer {
@@ -115,7 +121,8 @@ impl TftpServer {
             metrics,
             limits: self.limits,
             local_ip: self.local.ip(),
-            active: Mutex::new(HashSet::new()),
+            active: Mutex::new(HashMap::new()),
+            next_id: AtomicU64::new(0),
         });
         let permits = Arc::new(Semaphore::new(self.config.max_transfers));
         let tracker = TaskTracker::new();
@@ -146,7 +153,8 @@ impl TftpServer {
                     continue;
                 }
             };
-            let Some(guard) = ActiveGuard::claim(&ctx, peer) else {
+            let raw = buf.get(..n).unwrap_or_default();
+            let Some(guard) = ActiveGuard::claim(&ctx, peer, raw) else {
                 ctx.metrics.dropped("duplicate");
                 continue;
             };
@@ -185,22 +193,37 @@ impl TftpServer {
 struct ActiveGuard {
     ctx: Arc<Ctx>,
     peer: SocketAddr,
+    id: u64,
 }
 
 impl ActiveGuard {
-    fn claim(ctx: &Arc<Ctx>, peer: SocketAddr) -> Option<ActiveGuard> {
-        let mut set = ctx.active.lock().ok()?;
-        set.insert(peer).then(|| ActiveGuard {
+    /// `None` when `request` repeats the one that started the peer's
+    /// running transfer. A digest collision only drops a request, which
+    /// the client retries.
+    fn claim(ctx: &Arc<Ctx>, peer: SocketAddr, request: &[u8]) -> Option<ActiveGuard> {
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        request.hash(&mut h);
+        let digest = h.finish();
+        let mut map = ctx.active.lock().ok()?;
+        if map.get(&peer).is_some_and(|&(d, _)| d == digest) {
+            return None;
+        }
+        let id = ctx.next_id.fetch_add(1, Ordering::Relaxed);
+        map.insert(peer, (digest, id));
+        Some(ActiveGuard {
             ctx: ctx.clone(),
             peer,
+            id,
         })
     }
 }
 
 impl Drop for ActiveGuard {
     fn drop(&mut self) {
-        if let Ok(mut set) = self.ctx.active.lock() {
-            set.remove(&self.peer);
+        if let Ok(mut map) = self.ctx.active.lock()
+            && map.get(&self.peer).is_some_and(|&(_, id)| id == self.id)
+        {
+            map.remove(&self.peer);
         }
     }
 }

@@ -50,9 +50,53 @@ impl Rule {
     }
 }
 
+/// Faults on a share of all requests, drawn from a seeded generator so a
+/// run is reproducible: each request fails with probability `percent`/100,
+/// with one of `faults` (in turn).
+#[derive(Clone, Debug)]
+pub struct Chaos {
+    pub percent: u64,
+    pub faults: Vec<Fault>,
+    pub seed: u64,
+    /// Faults injected so far.
+    pub injected: usize,
+    turn: usize,
+}
+
+impl Chaos {
+    pub fn new(percent: u64, faults: Vec<Fault>, seed: u64) -> Chaos {
+        Chaos {
+            percent,
+            faults,
+            seed: seed.max(1),
+            injected: 0,
+            turn: 0,
+        }
+    }
+
+    fn draw(&mut self) -> Option<Fault> {
+        // xorshift64
+        let mut x = self.seed;
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        self.seed = x;
+        if x % 100 >= self.percent || self.faults.is_empty() {
+            return None;
+        }
+        let f = self.faults[self.turn % self.faults.len()].clone();
+        self.turn += 1;
+        self.injected += 1;
+        Some(f)
+    }
+}
+
 #[derive(Default)]
 struct State {
     rules: Vec<Rule>,
+    chaos: Option<Chaos>,
+    /// (method, path, body) of every request with a body.
+    bodies: Vec<(String, String, String)>,
     /// (method, path, status answered or 0 for dropped)
     log: Vec<(String, String, u16)>,
 }
@@ -113,8 +157,24 @@ impl BmcProxy {
         self.state.lock().expect("lock").rules[rule].hits
     }
 
+    /// Fail a share of every request from now on (rules still go first).
+    pub fn set_chaos(&self, chaos: Option<Chaos>) {
+        self.state.lock().expect("lock").chaos = chaos;
+    }
+
+    /// Faults the chaos setting injected so far.
+    pub fn chaos_injected(&self) -> usize {
+        let s = self.state.lock().expect("lock");
+        s.chaos.as_ref().map_or(0, |c| c.injected)
+    }
+
     pub fn clear(&self) {
         self.state.lock().expect("lock").rules.clear();
+    }
+
+    /// Every request that carried a body: (method, path, body).
+    pub fn bodies(&self) -> Vec<(String, String, String)> {
+        self.state.lock().expect("lock").bodies.clone()
     }
 
     /// Every request seen: (method, path, status; 0 when dropped).
@@ -150,13 +210,14 @@ async fn handle(
                 && r.method.as_ref().is_none_or(|m| *m == method)
                 && path.contains(&r.path_contains)
         });
-        found.map(|r| {
+        let ruled = found.map(|r| {
             r.hits += 1;
             if let Some(t) = r.times.as_mut() {
                 *t -= 1;
             }
             r.fault.clone()
-        })
+        });
+        ruled.or_else(|| s.chaos.as_mut().and_then(Chaos::draw))
     };
     let record = |code: u16| {
         state
@@ -200,6 +261,13 @@ async fn handle(
         .await
         .map(|c| c.to_bytes())
         .unwrap_or_default();
+    if !body.is_empty() {
+        state.lock().expect("lock").bodies.push((
+            method.to_string(),
+            path.clone(),
+            String::from_utf8_lossy(&body).to_string(),
+        ));
+    }
     let url = upstream.join(&path).expect("join");
     let mut fwd = client.request(method.clone(), url).body(body);
     for (k, v) in headers.iter() {

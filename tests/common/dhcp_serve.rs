@@ -1,42 +1,13 @@
-//! `metalherd serve` for DHCP tests: Machines are written into the
-//! embedded store file before the server starts, the server runs inside the
-//! server namespace, and the store is read back after it stops.
+//! `metalherd serve` for DHCP tests: the server runs inside the server
+//! namespace (its API on that namespace's loopback), objects go in through
+//! `metalherd apply` and come back through `metalherd get`, run in the same
+//! namespace.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Duration;
-
-use metalherd::store::TypedStore;
 
 use super::netns::Netns;
 use super::proc::{ChildGuard, wait_for};
-
-pub fn store_path(data_dir: &Path) -> PathBuf {
-    data_dir.join(metalherd::app::STORE_FILE)
-}
-
-fn rt() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap()
-}
-
-/// Create objects in the (closed) store of `data_dir`.
-pub fn seed<T: metalherd::store::Object>(data_dir: &Path, objs: &[T]) {
-    std::fs::create_dir_all(data_dir).unwrap();
-    let s = metalherd::store::embedded::EmbeddedStore::open(&store_path(data_dir)).unwrap();
-    rt().block_on(async {
-        for o in objs {
-            s.create_obj(o).await.unwrap();
-        }
-    });
-}
-
-/// List objects of a kind from the (closed) store of `data_dir`.
-pub fn list<T: metalherd::store::Object>(data_dir: &Path) -> Vec<T> {
-    let s = metalherd::store::embedded::EmbeddedStore::open(&store_path(data_dir)).unwrap();
-    rt().block_on(async { s.list_obj::<T>(&Default::default()).await.unwrap() })
-}
 
 /// Start `metalherd serve` in `ns` and wait until DHCP is bound.
 pub fn start(ns: &Netns, config: &Path, data_dir: &Path, log: &Path) -> ChildGuard {
@@ -70,4 +41,42 @@ pub fn start(ns: &Netns, config: &Path, data_dir: &Path, log: &Path) -> ChildGua
         std::fs::read_to_string(log).unwrap_or_default()
     );
     g
+}
+
+/// Run the CLI against the server of `data_dir`, inside `ns`.
+pub fn cli(ns: &Netns, data_dir: &Path, args: &[&str]) -> std::process::Output {
+    let bin = super::metalherd_bin();
+    ns.command(bin.to_str().unwrap())
+        .arg("--data-dir")
+        .arg(data_dir)
+        .args(args)
+        .env_remove("METALHERD_SERVER")
+        .env_remove("METALHERD_TOKEN")
+        .output()
+        .expect("run metalherd CLI")
+}
+
+/// `metalherd apply -f` a manifest (YAML text); panics with the CLI's output on failure.
+pub fn apply(ns: &Netns, data_dir: &Path, manifest: &str) {
+    let f = data_dir.with_extension(format!("{}.yaml", super::unique("m")));
+    std::fs::write(&f, manifest).unwrap();
+    let out = cli(ns, data_dir, &["apply", "-f", f.to_str().unwrap()]);
+    assert!(
+        out.status.success(),
+        "apply: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// `metalherd get KIND [NAME] -o json`, as JSON (None when it fails).
+pub fn get_json(ns: &Netns, data_dir: &Path, args: &[&str]) -> Option<serde_json::Value> {
+    let mut a = vec!["get"];
+    a.extend_from_slice(args);
+    a.extend_from_slice(&["-o", "json"]);
+    let out = cli(ns, data_dir, &a);
+    if !out.status.success() {
+        return None;
+    }
+    serde_json::from_slice(&out.stdout).ok()
 }

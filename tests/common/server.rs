@@ -18,23 +18,28 @@ pub struct Server {
     pub addr: String,
     pub url: String,
     pub token: String,
+    /// How many times the server was started.
+    pub starts: u32,
 }
 
 impl Server {
-    /// Start `metalherd serve` and wait until it answers `/healthz`.
+    /// Start `metalherd serve` without the Machine controller (API and CLI
+    /// tests declare Machines whose BMC addresses are not meant to be
+    /// reached) and wait until it answers `/healthz`.
     pub fn start() -> Server {
+        Server::start_with_config(Some("controller:\n  enabled: false\n"))
+    }
+
+    /// Start with a config file holding `yaml` (written into the temp dir).
+    pub fn start_with_config(yaml: Option<&str>) -> Server {
         super::require_tool("curl");
         let dir = tempfile::tempdir().expect("tempdir");
         let data_dir = dir.path().join("data");
+        if let Some(y) = yaml {
+            std::fs::write(dir.path().join("config.yaml"), y).expect("config file");
+        }
         let addr = format!("127.0.0.1:{}", free_port());
-        let guard = ChildGuard::spawn(
-            "metalherd serve",
-            Command::new(metalherd_bin())
-                .args(["serve", "--listen", &addr, "--data-dir"])
-                .arg(&data_dir)
-                .env("METALHERD_LOG", "info"),
-            &dir.path().join("serve.log"),
-        );
+        let guard = Server::spawn(dir.path(), &data_dir, &addr, 0);
         let url = format!("http://{addr}");
         let mut s = Server {
             guard,
@@ -43,20 +48,9 @@ impl Server {
             addr,
             url,
             token: String::new(),
+            starts: 1,
         };
-        let up = wait_for(Duration::from_secs(30), || {
-            let out = Command::new("curl")
-                .args(["-s", "-o", "/dev/null", "-w", "%{http_code}"])
-                .arg(format!("{}/healthz", s.url))
-                .output()
-                .ok()?;
-            (out.stdout == b"200").then_some(())
-        });
-        assert!(
-            up.is_some(),
-            "metalherd serve did not come up; log:\n{}",
-            s.log()
-        );
+        s.wait_up();
         s.token = std::fs::read_to_string(s.data_dir.join("api-token"))
             .expect("api-token written on start")
             .trim()
@@ -64,8 +58,58 @@ impl Server {
         s
     }
 
+    fn spawn(dir: &std::path::Path, data_dir: &std::path::Path, addr: &str, n: u32) -> ChildGuard {
+        let mut cmd = Command::new(metalherd_bin());
+        cmd.args(["serve", "--listen", addr, "--data-dir"])
+            .arg(data_dir)
+            .env("METALHERD_LOG", "info");
+        let config = dir.join("config.yaml");
+        if config.exists() {
+            cmd.arg("--config").arg(&config);
+        }
+        let log = if n == 0 {
+            dir.join("serve.log")
+        } else {
+            dir.join(format!("serve.{n}.log"))
+        };
+        ChildGuard::spawn("metalherd serve", &mut cmd, &log)
+    }
+
+    fn wait_up(&self) {
+        let up = wait_for(Duration::from_secs(30), || {
+            let out = Command::new("curl")
+                .args(["-s", "-o", "/dev/null", "-w", "%{http_code}"])
+                .arg(format!("{}/healthz", self.url))
+                .output()
+                .ok()?;
+            (out.stdout == b"200").then_some(())
+        });
+        assert!(
+            up.is_some(),
+            "metalherd serve did not come up; log:\n{}",
+            self.log()
+        );
+    }
+
+    /// SIGKILL the server and start it again on the same data directory,
+    /// address and config (its log goes to `serve.N.log`).
+    pub fn kill_and_restart(&mut self) {
+        self.guard.kill9();
+        self.guard = Server::spawn(self.dir.path(), &self.data_dir, &self.addr, self.starts);
+        self.starts += 1;
+        self.wait_up();
+    }
+
+    /// The logs of every start, oldest first.
     pub fn log(&self) -> String {
-        std::fs::read_to_string(self.dir.path().join("serve.log")).unwrap_or_default()
+        let mut out =
+            std::fs::read_to_string(self.dir.path().join("serve.log")).unwrap_or_default();
+        for n in 1..self.starts {
+            let p = self.dir.path().join(format!("serve.{n}.log"));
+            out.push_str(&format!("---- restart {n} ----\n"));
+            out.push_str(&std::fs::read_to_string(p).unwrap_or_default());
+        }
+        out
     }
 
     /// Run `metalherd ARGS` against this server (found through its data

@@ -36,6 +36,8 @@ pub fn attempt_timeout(request_timeout: Duration) -> Duration {
 pub struct Conn {
     sock: UdpSocket,
     pub session: Session,
+    /// When the last reply arrived (for the idle re-open rule).
+    pub last_reply: Instant,
 }
 
 fn io(e: std::io::Error) -> IpmiError {
@@ -130,7 +132,13 @@ pub async fn establish(
                     sends = 1;
                     step_deadline = Instant::now() + per_attempt;
                 }
-                Ok(Step::Established(session)) => return Ok(Conn { sock, session }),
+                Ok(Step::Established(session)) => {
+                    return Ok(Conn {
+                        sock,
+                        session,
+                        last_reply: Instant::now(),
+                    });
+                }
                 Err(e) if definitive(&e) => return Err(e),
                 Err(e @ (IpmiError::AuthCodeMismatch | IpmiError::Rakp4Mismatch)) => {
                     metrics::dropped(&e);
@@ -168,7 +176,10 @@ impl Conn {
                 Ok(r) => {
                     let n = r.map_err(io)?;
                     match self.session.response(&buf[..n], &pending) {
-                        Ok(resp) => return Ok(resp),
+                        Ok(resp) => {
+                            self.last_reply = Instant::now();
+                            return Ok(resp);
+                        }
                         Err(e) => metrics::dropped(&e),
                     }
                 }

@@ -84,6 +84,17 @@ impl IpmiError {
         )
     }
 
+    /// The BMC refused the proposed cipher suite (so another may work).
+    pub fn is_suite_refused(&self) -> bool {
+        matches!(
+            self,
+            IpmiError::RakpStatus {
+                code: 0x04..=0x07 | 0x10 | 0x11,
+                ..
+            } | IpmiError::AlgorithmMismatch { .. }
+        )
+    }
+
     /// A short label for metrics (bounded set).
     pub fn label(&self) -> &'static str {
         match self {
@@ -117,9 +128,8 @@ impl IpmiError {
     pub fn into_bmc_error(self, address: &str) -> BmcError {
         let address = address.to_string();
         match self {
-            IpmiError::AuthCodeMismatch | IpmiError::CredentialsTooLong => {
-                BmcError::BadCredentials { address }
-            }
+            IpmiError::AuthCodeMismatch => BmcError::BadCredentials { address },
+            e @ IpmiError::CredentialsTooLong => BmcError::Config(e.to_string()),
             // Unauthorized name, unauthorized GUID, invalid integrity check
             // value (our RAKP 3 code was computed from a wrong password).
             IpmiError::RakpStatus {

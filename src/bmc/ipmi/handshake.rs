@@ -7,7 +7,7 @@
 use super::crypto::{self, CipherSuite, ROLE_ADMIN_NAME_LOOKUP, RakpInputs, SessionKeys};
 use super::error::IpmiError;
 use super::session::Session;
-use super::wire::{self, payload};
+use super::wire::{self, le32, need, payload};
 
 /// Everything a handshake needs; the password stays inside.
 pub struct HandshakeParams {
@@ -68,26 +68,6 @@ fn arr16(b: &[u8]) -> [u8; 16] {
     a
 }
 
-fn le32(b: &[u8]) -> u32 {
-    let mut a = [0u8; 4];
-    for (d, s) in a.iter_mut().zip(b) {
-        *d = *s;
-    }
-    u32::from_le_bytes(a)
-}
-
-fn need(what: &'static str, data: &[u8], n: usize) -> Result<(), IpmiError> {
-    if data.len() < n {
-        Err(IpmiError::Truncated {
-            what,
-            need: n,
-            got: data.len(),
-        })
-    } else {
-        Ok(())
-    }
-}
-
 impl Handshake {
     pub fn new(p: HandshakeParams) -> Result<Handshake, IpmiError> {
         if p.username.len() > 16 || p.password.len() > 20 {
@@ -124,123 +104,39 @@ impl Handshake {
         }
     }
 
-    /// Feed one received datagram.
+    /// Feed one received datagram. An error never changes the state: a
+    /// stray, truncated or forged datagram leaves the exchange where it
+    /// was; the driver decides which errors end it.
     pub fn on_packet(&mut self, data: &[u8]) -> Result<Step, IpmiError> {
         let pkt = wire::decode(data, None)?;
-        match std::mem::replace(&mut self.state, State::Done) {
+        match &self.state {
             State::AuthCaps => {
-                self.expect(pkt.payload_type, payload::IPMI, State::AuthCaps)?;
-                let resp = match wire::decode_response(&pkt.payload)
-                    .and_then(|r| wire::check_response(&r, 0x06, 0x38, AUTH_CAPS_RQ_SEQ).map(|_| r))
-                {
-                    Ok(r) => r,
-                    Err(e) => {
-                        self.state = State::AuthCaps;
-                        return Err(e);
-                    }
-                };
-                if resp.completion != 0 {
-                    return Err(IpmiError::Completion {
-                        netfn: 0x06,
-                        cmd: 0x38,
-                        code: resp.completion,
-                    });
-                }
-                need("channel authentication capabilities", &resp.data, 4)?;
-                if resp.data[1] & 0x80 == 0 || resp.data[3] & 0x02 == 0 {
-                    return Err(IpmiError::NoIpmi2);
-                }
+                self.on_auth_caps(&pkt)?;
                 self.state = State::Open;
                 Ok(Step::Send(self.open_request()))
             }
             State::Open => {
-                self.expect(
-                    pkt.payload_type,
-                    payload::OPEN_SESSION_RESPONSE,
-                    State::Open,
-                )?;
-                let b = &pkt.payload;
-                need("open session response", b, 2)?;
-                self.check_tag(b[0], State::Open)?;
-                if b[1] != 0 {
-                    return Err(IpmiError::RakpStatus {
-                        step: "open session",
-                        code: b[1],
-                    });
-                }
-                need("open session response", b, 36)?;
-                if le32(&b[4..8]) != self.p.console_sid {
-                    self.state = State::Open;
-                    return Err(IpmiError::WrongSession {
-                        expected: self.p.console_sid,
-                        got: le32(&b[4..8]),
-                    });
-                }
-                let managed_sid = le32(&b[8..12]);
-                let (auth, integrity, conf) = (b[16], b[24], b[32]);
-                let s = self.p.suite;
-                if auth != s.auth_algorithm()
-                    || integrity != s.integrity_algorithm()
-                    || conf != s.confidentiality_algorithm()
-                {
-                    return Err(IpmiError::AlgorithmMismatch {
-                        auth,
-                        integrity,
-                        conf,
-                    });
-                }
-                if managed_sid == 0 {
-                    return Err(IpmiError::Malformed {
-                        what: "open session response",
-                        detail: "session ID 0".into(),
-                    });
-                }
+                let managed_sid = self.on_open(&pkt)?;
                 self.state = State::Rakp2 { managed_sid };
                 Ok(Step::Send(self.rakp1(managed_sid)))
             }
             State::Rakp2 { managed_sid } => {
-                let back = State::Rakp2 { managed_sid };
-                self.expect(pkt.payload_type, payload::RAKP2, back)?;
-                let b = &pkt.payload;
-                need("RAKP 2", b, 2)?;
-                self.check_tag(b[0], State::Rakp2 { managed_sid })?;
-                if b[1] != 0 {
-                    return Err(IpmiError::RakpStatus {
-                        step: "RAKP 2",
-                        code: b[1],
-                    });
-                }
-                let code_len = self.p.suite.hmac_len();
-                need("RAKP 2", b, 40 + code_len)?;
-                if le32(&b[4..8]) != self.p.console_sid {
-                    self.state = State::Rakp2 { managed_sid };
-                    return Err(IpmiError::WrongSession {
-                        expected: self.p.console_sid,
-                        got: le32(&b[4..8]),
-                    });
-                }
-                let rc = arr16(&b[8..24]);
-                let guid = arr16(&b[24..40]);
+                let managed_sid = *managed_sid;
+                let (rc, guid) = self.on_rakp2(managed_sid, &pkt)?;
                 let inputs = self.inputs(managed_sid, &rc, &guid);
-                let expected = crypto::rakp2_code(self.p.suite, &self.p.password, &inputs);
-                if !crypto::codes_equal(&expected, &b[40..40 + code_len]) {
-                    // Stay in this state: a forged or corrupted RAKP 2 must
-                    // not end the exchange (the driver decides when to give up).
-                    self.state = State::Rakp2 { managed_sid };
-                    return Err(IpmiError::AuthCodeMismatch);
-                }
                 let keys = SessionKeys::derive(self.p.suite, &self.p.password, &inputs);
                 let code3 = crypto::rakp3_code(self.p.suite, &self.p.password, &inputs);
                 let mut m = vec![self.p.tag, 0, 0, 0];
                 m.extend_from_slice(&managed_sid.to_le_bytes());
                 m.extend_from_slice(&code3);
+                let out = wire::encode_v2(payload::RAKP3, 0, 0, &m, None)?;
                 self.state = State::Rakp4 {
                     managed_sid,
                     rc,
                     guid,
                     keys,
                 };
-                wire::encode_v2(payload::RAKP3, 0, 0, &m, None).map(Step::Send)
+                Ok(Step::Send(out))
             }
             State::Rakp4 {
                 managed_sid,
@@ -248,52 +144,10 @@ impl Handshake {
                 guid,
                 keys,
             } => {
-                if pkt.payload_type != payload::RAKP4 {
-                    let got = pkt.payload_type;
-                    self.state = State::Rakp4 {
-                        managed_sid,
-                        rc,
-                        guid,
-                        keys,
-                    };
-                    return Err(IpmiError::UnexpectedPayload {
-                        expected: payload::RAKP4,
-                        got,
-                    });
-                }
-                let b = &pkt.payload;
-                need("RAKP 4", b, 2)?;
-                if b[0] != self.p.tag {
-                    self.state = State::Rakp4 {
-                        managed_sid,
-                        rc,
-                        guid,
-                        keys,
-                    };
-                    return Err(IpmiError::WrongTag {
-                        expected: self.p.tag,
-                        got: b[0],
-                    });
-                }
-                if b[1] != 0 {
-                    return Err(IpmiError::RakpStatus {
-                        step: "RAKP 4",
-                        code: b[1],
-                    });
-                }
-                let icv_len = self.p.suite.icv_len();
-                need("RAKP 4", b, 8 + icv_len)?;
-                let inputs = self.inputs(managed_sid, &rc, &guid);
-                let expected = crypto::rakp4_icv(self.p.suite, &keys.sik, &inputs);
-                if !crypto::codes_equal(&expected, &b[8..8 + icv_len]) {
-                    self.state = State::Rakp4 {
-                        managed_sid,
-                        rc,
-                        guid,
-                        keys,
-                    };
-                    return Err(IpmiError::Rakp4Mismatch);
-                }
+                let inputs = self.inputs(*managed_sid, rc, guid);
+                self.on_rakp4(&pkt, &keys.sik, &inputs)?;
+                let (managed_sid, keys) = (*managed_sid, keys.clone());
+                self.state = State::Done;
                 Ok(Step::Established(Session::new(
                     self.p.suite,
                     keys,
@@ -308,24 +162,126 @@ impl Handshake {
         }
     }
 
-    /// Check the payload type; a wrong one leaves the state as it was (a
-    /// stray packet, e.g. a late duplicate of an earlier step's answer).
-    fn expect(&mut self, got: u8, expected: u8, back: State) -> Result<(), IpmiError> {
+    fn expect(got: u8, expected: u8) -> Result<(), IpmiError> {
         if got != expected {
-            self.state = back;
             return Err(IpmiError::UnexpectedPayload { expected, got });
         }
-        self.state = back;
         Ok(())
     }
 
-    fn check_tag(&mut self, got: u8, back: State) -> Result<(), IpmiError> {
-        if got != self.p.tag {
-            self.state = back;
+    /// Tag, then status (a non-zero status is the BMC's answer, final).
+    fn tag_and_status(&self, b: &[u8], step: &'static str) -> Result<(), IpmiError> {
+        need(step, b, 2)?;
+        if b[0] != self.p.tag {
             return Err(IpmiError::WrongTag {
                 expected: self.p.tag,
+                got: b[0],
+            });
+        }
+        if b[1] != 0 {
+            return Err(IpmiError::RakpStatus { step, code: b[1] });
+        }
+        Ok(())
+    }
+
+    fn check_console_sid(&self, b: &[u8]) -> Result<(), IpmiError> {
+        let got = le32(&b[4..8]);
+        if got != self.p.console_sid {
+            return Err(IpmiError::WrongSession {
+                expected: self.p.console_sid,
                 got,
             });
+        }
+        Ok(())
+    }
+
+    fn on_auth_caps(&self, pkt: &wire::Packet) -> Result<(), IpmiError> {
+        Self::expect(pkt.payload_type, payload::IPMI)?;
+        let resp = wire::decode_response(&pkt.payload)?;
+        wire::check_response(&resp, 0x06, 0x38, AUTH_CAPS_RQ_SEQ)?;
+        if resp.completion != 0 {
+            return Err(IpmiError::Completion {
+                netfn: 0x06,
+                cmd: 0x38,
+                code: resp.completion,
+            });
+        }
+        need("channel authentication capabilities", &resp.data, 4)?;
+        if resp.data[1] & 0x80 == 0 || resp.data[3] & 0x02 == 0 {
+            return Err(IpmiError::NoIpmi2);
+        }
+        Ok(())
+    }
+
+    fn on_open(&self, pkt: &wire::Packet) -> Result<u32, IpmiError> {
+        Self::expect(pkt.payload_type, payload::OPEN_SESSION_RESPONSE)?;
+        let b = &pkt.payload;
+        self.tag_and_status(b, "open session")?;
+        need("open session response", b, 36)?;
+        self.check_console_sid(b)?;
+        let managed_sid = le32(&b[8..12]);
+        let (auth, integrity, conf) = (b[16], b[24], b[32]);
+        let s = self.p.suite;
+        if auth != s.auth_algorithm()
+            || integrity != s.integrity_algorithm()
+            || conf != s.confidentiality_algorithm()
+        {
+            return Err(IpmiError::AlgorithmMismatch {
+                auth,
+                integrity,
+                conf,
+            });
+        }
+        if managed_sid == 0 {
+            return Err(IpmiError::Malformed {
+                what: "open session response",
+                detail: "session ID 0".into(),
+            });
+        }
+        Ok(managed_sid)
+    }
+
+    /// Check RAKP 2 and return the BMC's random number and GUID. A code
+    /// that does not verify is a wrong password, or a forged datagram.
+    fn on_rakp2(
+        &self,
+        managed_sid: u32,
+        pkt: &wire::Packet,
+    ) -> Result<([u8; 16], [u8; 16]), IpmiError> {
+        Self::expect(pkt.payload_type, payload::RAKP2)?;
+        let b = &pkt.payload;
+        self.tag_and_status(b, "RAKP 2")?;
+        let code_len = self.p.suite.hmac_len();
+        need("RAKP 2", b, 40 + code_len)?;
+        self.check_console_sid(b)?;
+        let rc = arr16(&b[8..24]);
+        let guid = arr16(&b[24..40]);
+        let expected = crypto::rakp2_code(
+            self.p.suite,
+            &self.p.password,
+            &self.inputs(managed_sid, &rc, &guid),
+        );
+        if !crypto::codes_equal(&expected, &b[40..40 + code_len]) {
+            return Err(IpmiError::AuthCodeMismatch);
+        }
+        Ok((rc, guid))
+    }
+
+    fn on_rakp4(
+        &self,
+        pkt: &wire::Packet,
+        sik: &[u8],
+        inputs: &RakpInputs<'_>,
+    ) -> Result<(), IpmiError> {
+        Self::expect(pkt.payload_type, payload::RAKP4)?;
+        let b = &pkt.payload;
+        self.tag_and_status(b, "RAKP 4")?;
+        let icv_len = self.p.suite.icv_len();
+        need("RAKP 4", b, 8 + icv_len)?;
+        self.check_console_sid(b)?;
+        let expected = crypto::rakp4_icv(self.p.suite, sik, inputs);
+        if !crypto::codes_equal(&expected, &b[8..8 + icv_len]) {
+            return Err(IpmiError::Rakp4Mismatch);
         }
         Ok(())
     }

@@ -1,4 +1,4 @@
-//! Counters of the IPMI client under the `metalherd_ipmi_` prefix. Labels
+//! Counters of the IPMI client, `metalherd_ipmi_*` once registered. Labels
 //! are bounded: the error kind from [`IpmiError::label`], never an address.
 
 use std::sync::LazyLock;
@@ -27,20 +27,22 @@ static METRICS: LazyLock<Metrics> = LazyLock::new(|| Metrics {
     sessions: Counter::default(),
 });
 
-/// Register the IPMI counters (clones share the same values).
+/// Register the IPMI counters in the process registry (which carries the
+/// `metalherd` prefix): `metalherd_ipmi_*`. Clones share the same values.
 pub fn register(registry: &mut Registry) {
-    registry.register(
-        "metalherd_ipmi_dropped_packets",
+    let r = registry.sub_registry_with_prefix("ipmi");
+    r.register(
+        "dropped_packets",
         "IPMI datagrams dropped (stray, garbled, unauthenticated), by reason",
         METRICS.dropped.clone(),
     );
-    registry.register(
-        "metalherd_ipmi_retransmits",
+    r.register(
+        "retransmits",
         "IPMI requests sent again after a silent attempt",
         METRICS.retransmits.clone(),
     );
-    registry.register(
-        "metalherd_ipmi_sessions",
+    r.register(
+        "sessions",
         "RMCP+ sessions established",
         METRICS.sessions.clone(),
     );
@@ -73,4 +75,23 @@ pub fn dropped_count(reason: &'static str) -> u64 {
 /// Retransmissions so far (tests read this).
 pub fn retransmit_count() -> u64 {
     METRICS.retransmits.get()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_carry_the_metalherd_ipmi_prefix() {
+        let mut reg = Registry::with_prefix("metalherd");
+        register(&mut reg);
+        dropped(&IpmiError::Replay { seq: 1 });
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &reg).expect("encode");
+        assert!(
+            text.contains("metalherd_ipmi_dropped_packets_total{reason=\"replay\"}"),
+            "{text}"
+        );
+        assert!(text.contains("metalherd_ipmi_sessions_total"), "{text}");
+    }
 }

@@ -3,9 +3,11 @@
 //! (RAKP codes, keys, integrity, AES), [`handshake`] (session setup state
 //! machine), [`session`] (sequence numbers, reply matching), [`commands`]
 //! and [`fru`] (command payloads). [`client`] is the only file with a
-//! socket. Every action is verified: boot overrides are read back, power
-//! actions are polled until reached. Credentials never leave
-//! [`handshake`]'s key computations; nothing here logs them.
+//! socket; `link` manages one BMC's session (resolve, negotiate the suite,
+//! re-open, close). This file maps the [`Bmc`] operations to commands and
+//! verifies every action: boot overrides are read back, power actions are
+//! polled until reached. Credentials are used only for the handshake's key
+//! computations; nothing here logs them or puts them in an error.
 
 pub mod client;
 pub mod commands;
@@ -13,6 +15,7 @@ pub mod crypto;
 pub mod error;
 pub mod fru;
 pub mod handshake;
+mod link;
 pub mod metrics;
 pub mod session;
 pub mod wire;
@@ -20,18 +23,14 @@ pub mod wire;
 #[cfg(test)]
 mod tests;
 
-use std::net::SocketAddr;
-use std::time::Duration;
-
 use async_trait::async_trait;
-use tokio::sync::Mutex;
 use tracing::Instrument;
 
 pub use crypto::CipherSuite;
 pub use error::IpmiError;
 
-use self::client::Conn;
 use self::commands::*;
+use self::link::Link;
 use crate::bmc::{
     Bmc, BmcError, BootDevice, Credentials, FirmwareMode, Inventory, PowerAction, PowerState,
     Timing,
@@ -42,27 +41,36 @@ const MAX_FRU_BYTES: usize = 4096;
 /// Bytes per Read FRU Data request (fits every BMC's message limit).
 const FRU_CHUNK: u8 = 32;
 
-/// One BMC reached over IPMI LAN. Holds one RMCP+ session, re-opened when
-/// a request times out.
+/// One BMC reached over IPMI LAN. Holds one RMCP+ session, opened on first
+/// use (or by [`IpmiBmc::connect`]) and re-opened when idle or dead.
 pub struct IpmiBmc {
-    address: String,
-    peer: SocketAddr,
-    credentials: Credentials,
-    suite: CipherSuite,
-    timing: Timing,
-    conn: Mutex<Option<Conn>>,
+    link: Link,
 }
 
 impl std::fmt::Debug for IpmiBmc {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("IpmiBmc")
-            .field("address", &self.address)
-            .field("suite", &self.suite)
+            .field("address", &self.link.address)
             .finish_non_exhaustive()
     }
 }
 
 impl IpmiBmc {
+    /// A driver that connects on first use: nothing is sent yet. With
+    /// `cipher_suite` None it tries suite 17 and falls back to 3 when the
+    /// BMC refuses 17 (a refusal is an answer, not silence).
+    pub fn new(
+        host: &str,
+        port: u16,
+        credentials: Credentials,
+        cipher_suite: Option<CipherSuite>,
+        timing: Timing,
+    ) -> IpmiBmc {
+        IpmiBmc {
+            link: Link::new(host, port, credentials, cipher_suite, timing),
+        }
+    }
+
     /// Resolve `host`, open an RMCP+ session with `cipher_suite` and raise
     /// it to administrator privilege. A wrong password is
     /// [`BmcError::BadCredentials`].
@@ -73,102 +81,42 @@ impl IpmiBmc {
         cipher_suite: CipherSuite,
         timing: Timing,
     ) -> Result<IpmiBmc, BmcError> {
-        let address = format!("ipmi://{host}:{port}");
-        let peer = tokio::net::lookup_host((host, port))
-            .await
-            .map_err(|e| BmcError::Unreachable {
-                address: address.clone(),
-                detail: e.to_string(),
-            })?
-            .next()
-            .ok_or_else(|| BmcError::Unreachable {
-                address: address.clone(),
-                detail: "host name has no address".into(),
-            })?;
-        let bmc = IpmiBmc {
-            address,
-            peer,
-            credentials,
-            suite: cipher_suite,
-            timing,
-            conn: Mutex::new(None),
-        };
-        {
-            let mut guard = bmc.conn.lock().await;
-            let conn = bmc
-                .open()
-                .await
-                .map_err(|e| e.into_bmc_error(&bmc.address))?;
-            *guard = Some(conn);
-        }
+        let bmc = IpmiBmc::new(host, port, credentials, Some(cipher_suite), timing);
+        bmc.link.ensure_open().await.map_err(|e| bmc.err(e))?;
+        Ok(bmc)
+    }
+
+    /// [`IpmiBmc::connect`] with suite 17, or 3 when the BMC refuses 17.
+    pub async fn connect_best(
+        host: &str,
+        port: u16,
+        credentials: Credentials,
+        timing: Timing,
+    ) -> Result<IpmiBmc, BmcError> {
+        let bmc = IpmiBmc::new(host, port, credentials, None, timing);
+        bmc.link.ensure_open().await.map_err(|e| bmc.err(e))?;
         Ok(bmc)
     }
 
     pub fn address(&self) -> &str {
-        &self.address
+        &self.link.address
     }
 
-    async fn open(&self) -> Result<Conn, IpmiError> {
-        let span =
-            tracing::info_span!("ipmi_session", bmc = %self.address, suite = self.suite.id());
-        async {
-            let mut conn = client::establish(
-                self.peer,
-                &self.credentials,
-                self.suite,
-                self.timing.request_timeout,
-            )
-            .await?;
-            // Sessions start at user privilege; chassis control needs more.
-            conn.call_ok(
-                NETFN_APP,
-                CMD_SET_SESSION_PRIVILEGE,
-                &[0x04],
-                self.timing.request_timeout,
-            )
-            .await?;
-            metrics::session_opened();
-            tracing::debug!("RMCP+ session open");
-            Ok(conn)
-        }
-        .instrument(span)
-        .await
+    /// The cipher suite in use, once a session was opened.
+    pub async fn suite(&self) -> Option<CipherSuite> {
+        self.link.suite().await
     }
 
-    /// Send one command on the session (opening it if needed). A timeout
-    /// drops the session so the next call starts a fresh one.
     async fn call(&self, netfn: u8, cmd: u8, data: &[u8]) -> Result<wire::Response, IpmiError> {
-        let mut guard = self.conn.lock().await;
-        if guard.is_none() {
-            *guard = Some(self.open().await?);
-        }
-        let Some(conn) = guard.as_mut() else {
-            return Err(IpmiError::Io("no session".into()));
-        };
-        let r = conn
-            .call(netfn, cmd, data, self.timing.request_timeout)
-            .instrument(tracing::debug_span!("ipmi_request", netfn, cmd))
-            .await;
-        if matches!(r, Err(IpmiError::Timeout(_))) {
-            *guard = None;
-        }
-        r
+        self.link.call(netfn, cmd, data).await
     }
 
     async fn call_ok(&self, netfn: u8, cmd: u8, data: &[u8]) -> Result<Vec<u8>, IpmiError> {
-        let r = self.call(netfn, cmd, data).await?;
-        if r.completion != 0 {
-            return Err(IpmiError::Completion {
-                netfn,
-                cmd,
-                code: r.completion,
-            });
-        }
-        Ok(r.data)
+        self.link.call_ok(netfn, cmd, data).await
     }
 
     fn err(&self, e: IpmiError) -> BmcError {
-        e.into_bmc_error(&self.address)
+        e.into_bmc_error(&self.link.address)
     }
 
     /// Current boot flags (parameter 5), as read back from the BMC.
@@ -272,15 +220,29 @@ impl IpmiBmc {
             if last == wanted {
                 return Ok(());
             }
-            if start.elapsed() >= self.timing.power_deadline {
+            if start.elapsed() >= self.link.timing.power_deadline {
                 return Err(BmcError::PowerStateNotReached {
-                    address: self.address.clone(),
+                    address: self.link.address.clone(),
                     wanted,
                     last,
-                    after: self.timing.power_deadline,
+                    after: self.link.timing.power_deadline,
                 });
             }
-            tokio::time::sleep(self.timing.poll_interval).await;
+            tokio::time::sleep(self.link.timing.poll_interval).await;
+        }
+    }
+}
+
+/// A dropped driver still closes its session when it can (inside a tokio
+/// runtime, lock free): BMCs allow few sessions, and leaked ones only
+/// time out after a minute or more.
+impl Drop for IpmiBmc {
+    fn drop(&mut self) {
+        let Ok(handle) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        if let Some(mut conn) = self.link.take_conn() {
+            handle.spawn(async move { link::close_conn(&mut conn).await });
         }
     }
 }
@@ -296,7 +258,7 @@ impl Bmc for IpmiBmc {
     }
 
     async fn power(&self, action: PowerAction) -> Result<(), BmcError> {
-        let span = tracing::info_span!("ipmi_power", bmc = %self.address, ?action);
+        let span = tracing::info_span!("ipmi_power", bmc = %self.link.address, ?action);
         async {
             let current = self.power_state().await?;
             let code = chassis_control_code(action, current);
@@ -310,7 +272,7 @@ impl Bmc for IpmiBmc {
     }
 
     async fn set_boot_once(&self, device: BootDevice, mode: FirmwareMode) -> Result<(), BmcError> {
-        let span = tracing::info_span!("ipmi_boot", bmc = %self.address, ?device, ?mode);
+        let span = tracing::info_span!("ipmi_boot", bmc = %self.link.address, ?device, ?mode);
         async {
             let wanted = BootFlags::one_time(device, mode);
             self.write_boot_flags(&wanted)
@@ -319,7 +281,7 @@ impl Bmc for IpmiBmc {
             let got = self.boot_flags().await?;
             if !got.honours(&wanted) {
                 return Err(BmcError::BootOverrideIgnored {
-                    address: self.address.clone(),
+                    address: self.link.address.clone(),
                     wanted: wanted.hex(),
                     got: got.hex(),
                 });
@@ -368,19 +330,7 @@ impl Bmc for IpmiBmc {
     }
 
     async fn close(&self) -> Result<(), BmcError> {
-        let mut guard = self.conn.lock().await;
-        if let Some(mut conn) = guard.take() {
-            let sid = conn.session.managed_sid().to_le_bytes();
-            // Best effort: a BMC that does not answer will time the session out.
-            let _ = conn
-                .call(
-                    NETFN_APP,
-                    CMD_CLOSE_SESSION,
-                    &sid,
-                    Duration::from_millis(500).min(self.timing.request_timeout),
-                )
-                .await;
-        }
+        self.link.close().await;
         Ok(())
     }
 }

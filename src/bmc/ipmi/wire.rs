@@ -42,7 +42,8 @@ pub struct Packet {
     pub payload: Vec<u8>,
 }
 
-fn need(what: &'static str, data: &[u8], n: usize) -> Result<(), IpmiError> {
+/// `Truncated` unless `data` has at least `n` bytes.
+pub(crate) fn need(what: &'static str, data: &[u8], n: usize) -> Result<(), IpmiError> {
     if data.len() < n {
         Err(IpmiError::Truncated {
             what,
@@ -54,7 +55,8 @@ fn need(what: &'static str, data: &[u8], n: usize) -> Result<(), IpmiError> {
     }
 }
 
-fn le32(b: &[u8]) -> u32 {
+/// Little-endian u32 from up to 4 bytes (missing bytes are 0).
+pub(crate) fn le32(b: &[u8]) -> u32 {
     let mut a = [0u8; 4];
     for (d, s) in a.iter_mut().zip(b) {
         *d = *s;
@@ -176,26 +178,22 @@ fn decode_v2(data: &[u8], sec: Option<&Security<'_>>) -> Result<Packet, IpmiErro
         None => body.to_vec(),
         Some(s) => {
             let icv = s.suite.icv_len();
-            // Trailer: pad (0..3), pad length, next header, auth code.
+            // Trailer: pad, pad length, next header, auth code. Read from
+            // the end as ipmitool does (a BMC may pad more than needed);
+            // the auth code covers everything from the auth type on.
             let trailer_start = 16 + len;
-            let pad = (4 - (trailer_start - 4 + 2) % 4) % 4;
-            let total = trailer_start + pad + 2 + icv;
-            need("integrity trailer", data, total)?;
-            if data.len() != total {
-                return Err(IpmiError::Malformed {
-                    what: "packet",
-                    detail: format!("{} bytes after the auth code", data.len() - total),
-                });
+            need("integrity trailer", data, trailer_start + 2 + icv)?;
+            let total = data.len();
+            let expected = crypto::integrity_code(s.suite, s.keys, &data[4..total - icv]);
+            if !crypto::codes_equal(&expected, &data[total - icv..]) {
+                return Err(IpmiError::IntegrityMismatch);
             }
-            if data[trailer_start + pad] as usize != pad || data[trailer_start + pad + 1] != 0x07 {
+            let pad = total - icv - 2 - trailer_start;
+            if data[total - icv - 2] as usize != pad || data[total - icv - 1] != 0x07 {
                 return Err(IpmiError::Malformed {
                     what: "integrity trailer",
                     detail: "bad pad length or next header".into(),
                 });
-            }
-            let expected = crypto::integrity_code(s.suite, s.keys, &data[4..total - icv]);
-            if !crypto::codes_equal(&expected, &data[total - icv..]) {
-                return Err(IpmiError::IntegrityMismatch);
             }
             if encrypted {
                 crypto::decrypt_payload(s.keys, body)?

@@ -94,6 +94,13 @@ fn group_routes(group: Group) -> Router<ApiState> {
             get(get_status).put(replace_status).patch(patch_status),
         )
         .route("/{plural}", get(list_all))
+        .method_not_allowed_fallback(|| async {
+            ApiError::new(
+                axum::http::StatusCode::METHOD_NOT_ALLOWED,
+                "MethodNotAllowed",
+                "the server does not allow this method on the requested resource",
+            )
+        })
         .layer(axum::Extension(group))
 }
 

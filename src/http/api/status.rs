@@ -62,7 +62,7 @@ impl ApiError {
             details: Some(json!({
                 "name": name,
                 "group": if group.is_empty() { "" } else { crate::api::GROUP },
-                "kind": kind.plural(),
+                "kind": kind.as_str(),
                 "causes": causes,
             })),
         }

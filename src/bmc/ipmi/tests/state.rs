@@ -231,3 +231,39 @@ fn completion_checksums_are_checked() {
         Err(IpmiError::BadChecksum("header"))
     );
 }
+
+#[test]
+fn a_short_rakp2_with_a_valid_header_does_not_derail_the_handshake() {
+    let suite = CipherSuite::Suite17;
+    let mut hs = handshake(suite, PASSWORD);
+    sent(hs.on_packet(&auth_caps_reply()));
+    sent(hs.on_packet(&open_reply(suite, 9, 0)));
+    let short = wire::encode_v2(payload::RAKP2, 0, 0, &[9, 0, 0, 0, 1, 2], None).expect("encode");
+    let e = hs.on_packet(&short).expect_err("short RAKP 2");
+    assert!(matches!(e, IpmiError::Truncated { .. }), "{e}");
+    sent(hs.on_packet(&rakp2(suite, 9, PASSWORD)));
+    assert!(matches!(
+        hs.on_packet(&rakp4(suite, 9)),
+        Ok(Step::Established(_))
+    ));
+    // Anything after the end is refused, not accepted twice.
+    assert!(hs.on_packet(&rakp4(suite, 9)).is_err());
+}
+
+#[test]
+fn over_long_credentials_are_a_config_error_not_sent() {
+    let e = Handshake::new(HandshakeParams {
+        suite: CipherSuite::Suite3,
+        username: USER.to_vec(),
+        password: vec![b'x'; 21],
+        console_sid: CONSOLE_SID,
+        rm: RM,
+        tag: 0,
+    })
+    .expect_err("21-byte password");
+    assert_eq!(e, IpmiError::CredentialsTooLong);
+    assert!(matches!(
+        e.into_bmc_error("x"),
+        crate::bmc::BmcError::Config(_)
+    ));
+}
