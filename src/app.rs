@@ -74,6 +74,7 @@ pub async fn serve(global: &crate::cli::GlobalArgs, args: ServeArgs) -> anyhow::
     let registry = MetricsRegistry::new();
     let api_metrics = ApiMetrics::register(&registry);
     registry.with_registry(crate::bmc::ipmi::metrics::register);
+    registry.with_registry(crate::bmc::metrics::register);
     let mut tasks: JoinSet<()> = JoinSet::new();
 
     // The boot directory: MAC/IP -> Machine index for the boot services.

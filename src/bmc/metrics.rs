@@ -54,22 +54,22 @@ pub fn global() -> &'static BmcMetrics {
     &METRICS
 }
 
-/// Add the BMC metrics to a registry (unprefixed registry: the names carry
-/// `metalherd_`).
+/// Add the BMC metrics to a registry (the `metalherd` registry: names carry
+/// its prefix).
 pub fn register(registry: &mut Registry) {
     let m = global();
     registry.register(
-        "metalherd_bmc_operations",
+        "bmc_operations",
         "BMC operations by driver, operation and outcome",
         m.operations.clone(),
     );
     registry.register(
-        "metalherd_bmc_operation_seconds",
+        "bmc_operation_seconds",
         "Duration of BMC operations, verification included",
         m.duration.clone(),
     );
     registry.register(
-        "metalherd_bmc_http_retries",
+        "bmc_http_retries",
         "HTTP requests to BMCs retried after a 5xx or a dropped connection",
         m.retries.clone(),
     );
@@ -116,7 +116,7 @@ mod tests {
                 address: "https://10.0.0.5".into(),
             }),
         );
-        let mut reg = Registry::default();
+        let mut reg = Registry::with_prefix("metalherd");
         register(&mut reg);
         let mut out = String::new();
         prometheus_client::encoding::text::encode(&mut out, &reg).unwrap();

@@ -114,17 +114,17 @@ pub struct RunnerMetrics {
 impl RunnerMetrics {
     pub fn register(&self, registry: &mut Registry) {
         registry.register(
-            "metalherd_reconciles",
+            "reconciles",
             "Reconciles finished, by controller and result (ok, error, panic)",
             self.reconciles.clone(),
         );
         registry.register(
-            "metalherd_reconcile_queue_depth",
+            "reconcile_queue_depth",
             "Keys waiting in a controller's work queue",
             self.queued.clone(),
         );
         registry.register(
-            "metalherd_reconciles_running",
+            "reconciles_running",
             "Reconciles in flight",
             self.running.clone(),
         );

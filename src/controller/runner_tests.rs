@@ -297,7 +297,7 @@ async fn asks_after_the_runner_is_gone_are_dropped() {
 
 #[test]
 fn metrics_register_under_the_metalherd_prefix() {
-    let mut reg = Registry::default();
+    let mut reg = Registry::with_prefix("metalherd");
     let m = RunnerMetrics::default();
     m.register(&mut reg);
     m.reconciles

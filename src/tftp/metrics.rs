@@ -39,7 +39,7 @@ pub struct TftpMetrics {
 
 impl TftpMetrics {
     pub fn register(&self, registry: &mut Registry) {
-        let r = registry.sub_registry_with_prefix("metalherd_tftp");
+        let r = registry.sub_registry_with_prefix("tftp");
         r.register(
             "transfers",
             "Finished TFTP transfers by outcome",
@@ -123,7 +123,7 @@ mod tests {
     #[test]
     fn encodes_under_the_metalherd_prefix() {
         let m = TftpMetrics::default();
-        let mut reg = Registry::default();
+        let mut reg = Registry::with_prefix("metalherd");
         m.register(&mut reg);
         m.transfer("complete");
         m.malformed("truncated");
