@@ -140,22 +140,22 @@ pub async fn serve(global: &crate::cli::GlobalArgs, args: ServeArgs) -> anyhow::
     // ---- Controllers start here (machine, machineset). ----
     // They take `store`, `registry` and a child of `cancel` and run in
     // `tasks`.
-    let controller = config
-        .controller
-        .clone()
-        .unwrap_or_default()
-        .validate()
-        .context("config controller")?;
-    let runner_metrics = crate::controller::runner::RunnerMetrics::default();
-    registry.with_registry(|r| runner_metrics.register(r));
-    crate::controller::start::start_machine_controller(
-        store.clone(),
-        controller,
-        runner_metrics,
-        &mut tasks,
-        cancel.clone(),
-    )
-    .await?;
+    let controller_config = config.controller.clone().unwrap_or_default();
+    let controller = controller_config.validate().context("config controller")?;
+    if controller_config.enabled {
+        let runner_metrics = crate::controller::runner::RunnerMetrics::default();
+        registry.with_registry(|r| runner_metrics.register(r));
+        crate::controller::start::start_machine_controller(
+            store.clone(),
+            controller,
+            runner_metrics,
+            &mut tasks,
+            cancel.clone(),
+        )
+        .await?;
+    } else {
+        tracing::info!("machine controller disabled by config");
+    }
 
     let state = ApiState {
         store: store.clone(),

@@ -570,3 +570,25 @@ async fn a_dropped_driver_still_logs_out() {
     assert!(gone.is_ok(), "session left open");
     assert_eq!(srv.counters().logouts, 1);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bmc_that_refuses_sessions_gets_basic_auth() {
+    let opts = ServerOptions {
+        sessions: false,
+        allow_basic: true,
+        ..Default::default()
+    };
+    let pw = opts.password.clone();
+    let srv = RedfishServer::start(opts).await;
+    let bmc = sim_bmc(&srv, &pw);
+    assert_eq!(bmc.power_state().await.unwrap(), PowerState::Off);
+    assert!(!bmc.uses_session().await);
+    let c = srv.counters();
+    assert_eq!((c.logins, c.token_requests), (0, 0));
+    assert!(c.basic_requests >= 2, "{c:?}");
+    bmc.close().await.unwrap();
+    // Wrong password over Basic: bad credentials too.
+    let bad = sim_bmc(&srv, "nope-basic-77");
+    let e = bad.power_state().await.unwrap_err();
+    assert!(matches!(e, BmcError::BadCredentials { .. }), "{e}");
+}

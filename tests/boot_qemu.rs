@@ -69,8 +69,12 @@ async fn boot_once(fw: Firmware, ra: bool, mac: &str, os: &initramfs::TestOs) ->
     let base = format!("http://{SERVER_IP}:8080");
     let assets = common::repo_root().join("boot-assets");
     // metalherd alone answers DHCP, TFTP and HTTP on the boot network.
+    // The test mints the boot itself (as the Machine controller would), so
+    // the controller stays off.
     let mut config = format!(
-        "dhcp:
+        "controller:
+  enabled: false
+dhcp:
   interface: {br}
   mode: authoritative
   httpBootUrl: {base}

@@ -496,3 +496,46 @@ fn cli_prints_configs_redacted_unless_asked() {
         "{err}"
     );
 }
+
+#[test]
+fn typed_storage_entries_pass_the_validator() {
+    use metalherd::ignition::spec::{
+        Directory, Disk, Filesystem, IgnitionConfig, Partition, Resource,
+    };
+    let mut c = Config::new();
+    let s = c.storage_mut();
+    s.disks.push(Disk {
+        device: "/dev/disk/by-id/wwn-0x5000c500a0b1c2d3".into(),
+        wipe_table: Some(false),
+        partitions: vec![Partition {
+            label: Some("data".into()),
+            number: Some(10),
+            size_mib: Some(0),
+            start_mib: Some(0),
+            should_exist: Some(true),
+            wipe_partition_entry: Some(false),
+            ..Partition::default()
+        }],
+    });
+    s.filesystems.push(Filesystem {
+        device: "/dev/disk/by-partlabel/data".into(),
+        format: Some("xfs".into()),
+        path: Some("/var/lib/data".into()),
+        label: Some("data".into()),
+        wipe_filesystem: Some(false),
+        mount_options: vec!["noatime".into()],
+    });
+    s.directories.push(Directory {
+        path: "/var/lib/data/cache".into(),
+        mode: Some(0o750),
+        ..Directory::default()
+    });
+    c.ignition.config = Some(IgnitionConfig {
+        merge: vec![],
+        replace: Some(Resource::remote(
+            "https://example.com/full.ign",
+            Some(format!("sha512-{}", "ab".repeat(64))),
+        )),
+    });
+    common::ignition::validate(&json(&c)).unwrap();
+}

@@ -73,6 +73,21 @@ fn rack_a_server() {
         "{stdout}"
     );
 
+    // `metalherd reimage` asks through the annotation (acted on when Ready).
+    let out = api.cli(&["reimage", "rack1-u1"]);
+    let (stdout, stderr) = text(&out);
+    assert!(out.status.success(), "{stdout}{stderr}");
+    let m = get_machine(&api, "rack1-u1").unwrap();
+    let asked = m["metadata"]["annotations"]["metalherd.dev/reimage"]
+        .as_str()
+        .unwrap_or("");
+    assert!(
+        !asked.is_empty() && stdout.contains(asked),
+        "{stdout} {m:#}"
+    );
+    let out = api.cli(&["reimage", "no-such-machine"]);
+    assert!(!out.status.success());
+
     // Bad credentials: a clear condition and error, and still registering.
     let bad = wait_machine(
         &api,

@@ -88,8 +88,8 @@ lab_define_vm() {
       <source bridge='$br'/>
       $nic
     </interface>
-    <serial type='file'><source path='$run/$name.console'/><target port='0'/></serial>
-    <console type='file'><source path='$run/$name.console'/><target type='serial' port='0'/></console>
+    <serial type='file'><source path='$run/$name.console' append='on'/><target port='0'/></serial>
+    <console type='file'><source path='$run/$name.console' append='on'/><target type='serial' port='0'/></console>
   </devices>
 </domain>
 XML

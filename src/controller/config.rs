@@ -16,6 +16,9 @@ use crate::cluster::DrainOptions;
 #[derive(Clone, Debug, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields, default)]
 pub struct ControllerConfig {
+    /// Run the Machine controller (on by default). Off leaves Machines to
+    /// whoever else writes their status (API-only deployments, tests).
+    pub enabled: bool,
     /// Reconciles running at once.
     pub concurrency: usize,
     /// Every machine is looked at again at least this often.
@@ -51,6 +54,7 @@ impl Default for ControllerConfig {
     fn default() -> Self {
         let l = Limits::default();
         ControllerConfig {
+            enabled: true,
             concurrency: 16,
             resync_seconds: l.resync.as_secs(),
             boot_storm_limit: 50,

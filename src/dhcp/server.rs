@@ -114,6 +114,23 @@ pub struct BoundServer {
     sock4011: Option<Arc<UdpSocket>>,
     db: Option<Arc<LeaseDb>>,
     table: LeaseTable,
+    release_tx: mpsc::Sender<[u8; 6]>,
+    release_rx: mpsc::Receiver<[u8; 6]>,
+}
+
+/// Gives a retired machine's lease back from outside the server (the
+/// controller, when a Machine is deprovisioned). Never blocks: a full queue
+/// drops the request, and the lease then simply expires.
+#[derive(Clone)]
+pub struct LeaseReleaser {
+    tx: mpsc::Sender<[u8; 6]>,
+}
+
+impl LeaseReleaser {
+    /// Release whatever address `mac` holds; true when the request was queued.
+    pub fn release(&self, mac: [u8; 6]) -> bool {
+        self.tx.try_send(mac).is_ok()
+    }
 }
 
 impl BoundServer {
@@ -148,13 +165,23 @@ impl BoundServer {
             None
         };
         tracing::info!(interface = %settings.interface, server = %server_ip, mode = ?settings.mode, leases = table.len(), "dhcp server bound");
+        let (release_tx, release_rx) = mpsc::channel(256);
         Ok(BoundServer {
             policy: Policy::new(settings, server_ip),
             sock67,
             sock4011,
             db,
             table,
+            release_tx,
+            release_rx,
         })
+    }
+
+    /// A handle that releases leases while the server runs.
+    pub fn releaser(&self) -> LeaseReleaser {
+        LeaseReleaser {
+            tx: self.release_tx.clone(),
+        }
     }
 
     /// Serve until `cancel` fires.
@@ -172,7 +199,10 @@ impl BoundServer {
             sock4011,
             db,
             mut table,
+            release_tx,
+            mut release_rx,
         } = self;
+        drop(release_tx);
         let disc_tx = (policy.cfg.discovery && policy.cfg.record_discovered)
             .then(|| discovery::spawn(store, cancel.clone()));
         let out = Outbox {
@@ -212,6 +242,16 @@ impl BoundServer {
                 r = recv_opt(sock4011.as_deref(), &mut b4011) => {
                     if let Ok((n, src)) = r {
                         ctx.packet(&b4011[..n], src, Via::Port4011, &mut table).await;
+                    }
+                }
+                Some(mac) = release_rx.recv() => {
+                    if let Some(ip) = table.of_mac(&mac).map(|l| l.ip) {
+                        let writes = table.release(ip, &mac);
+                        tracing::info!(%ip, "lease released for a retired machine");
+                        if !writes.is_empty() {
+                            let _ = commit_tx.send(Pending { writes, reply: None }).await;
+                        }
+                        metrics.leases_bound.set(table.bound(unix_now()).count() as i64);
                     }
                 }
                 _ = sweep.tick() => {

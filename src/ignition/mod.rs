@@ -14,6 +14,7 @@
 
 pub mod error;
 mod install;
+mod join;
 pub mod merge;
 mod node;
 pub mod redact;

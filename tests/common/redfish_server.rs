@@ -27,6 +27,8 @@ pub struct ServerOptions {
     pub task_polls: u32,
     /// Power state at start: "On" or "Off".
     pub power: &'static str,
+    /// Offer sessions; when false, a login answers 405 (Basic only).
+    pub sessions: bool,
 }
 
 impl Default for ServerOptions {
@@ -37,6 +39,7 @@ impl Default for ServerOptions {
             allow_basic: false,
             task_polls: 2,
             power: "Off",
+            sessions: true,
         }
     }
 }
@@ -220,6 +223,9 @@ async fn root() -> Response {
 async fn login(State(s): State<S>, body: axum::body::Bytes) -> Response {
     let v: Value = serde_json::from_slice(&body).unwrap_or_default();
     let mut sim = s.lock().expect("lock");
+    if !sim.opts.sessions {
+        return StatusCode::METHOD_NOT_ALLOWED.into_response();
+    }
     if v["UserName"] != sim.opts.username.as_str() || v["Password"] != sim.opts.password.as_str() {
         sim.counters.failed_logins += 1;
         return unauthorized();

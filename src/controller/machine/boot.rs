@@ -278,6 +278,9 @@ impl Planner<'_> {
     /// machine goes to Error with the reason.
     fn node_pending(&mut self, b: Option<&BootRecord>, kubelet: Option<&str>) -> Option<Step> {
         let limits = self.o.limits;
+        if let Some(b) = b {
+            self.boot_installed_os(b);
+        }
         let node = self.node();
         let problem = match &self.o.node {
             NodeObserved::NotConfigured => {
@@ -323,6 +326,25 @@ impl Planner<'_> {
         self.set_progress(progress::ERROR_FROM, from.as_str().to_string());
         self.set_phase(MachinePhase::Error);
         Some(next)
+    }
+
+    /// After an install, the server must come up from its disk: set the boot
+    /// device to the disk once per boot (repeatable, so the marker follows
+    /// the effect), and power the server on if the installer switched it
+    /// off (also repeatable) and the installed OS has not called home yet.
+    fn boot_installed_os(&mut self, b: &BootRecord) {
+        if boot_outcome(&self.st, b) != Some(BootOutcome::Installed) || booted(&self.st, &b.id) {
+            return;
+        }
+        let BmcObserved::Reachable { power } = self.o.bmc else {
+            return;
+        };
+        if self.progress().get(progress::DISK_BOOT_FOR) != Some(&b.id) {
+            self.push(Step::SetBootOnce(BootDevice::Disk));
+            self.set_progress(progress::DISK_BOOT_FOR, b.id.clone());
+        } else if power == PowerState::Off {
+            self.push(Step::PowerOn);
+        }
     }
 
     /// Take the machine apart: Node, optional wipe, power, address. Then

@@ -40,6 +40,8 @@ pub mod progress {
     pub const POWER_CYCLED_FOR: &str = "powerCycledFor";
     /// When that happened; the install deadline runs from here.
     pub const POWERED_AT: &str = "poweredAt";
+    /// Boot id after whose install the boot device was set to the disk.
+    pub const DISK_BOOT_FOR: &str = "diskBootFor";
     /// Boot id whose reimage already cordoned, drained and deleted the Node.
     pub const NODE_REMOVED_FOR: &str = "nodeRemovedFor";
     /// The boot that was current when this provisioning or reimage began;

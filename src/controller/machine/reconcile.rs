@@ -203,3 +203,7 @@ impl Reconciler for MachineReconciler {
         }
     }
 }
+
+#[cfg(test)]
+#[path = "tests_exec.rs"]
+mod tests_exec;

@@ -236,8 +236,14 @@ fn error_phase() {
 #[test]
 fn provisioned() {
     run(vec![
-        c("without a target cluster it waits for the booted call-home", installed(), obs(), 12 * MIN,
-          &["WaitFor(node Ready)"], &["SetPhase"]),
+        c("after the install it boots from the disk, once", installed(), obs(), 12 * MIN,
+          &["SetBootOnce(Disk)", "SetProgress(diskBootFor=b1)", "WaitFor(node Ready)"], &["PowerCycle", "SetPhase"]),
+        c("an installer that powered off is powered on from the disk", installed().progress("diskBootFor", "b1"),
+          obs().off(), 12 * MIN, &["PowerOn", "WaitFor(node Ready)"], &["SetBootOnce", "PowerCycle"]),
+        c("without a target cluster it waits for the booted call-home", installed().progress("diskBootFor", "b1"),
+          obs(), 12 * MIN, &["WaitFor(node Ready)"], &["SetPhase", "SetBootOnce", "PowerOn"]),
+        c("once booted, the disk boot is not set again", installed().history("Booted", "b1", 11 * MIN, ""),
+          obs(), 12 * MIN, &["SetPhase(Ready)"], &["SetBootOnce", "PowerOn"]),
         c("the booted call-home makes it Ready", installed().history("Booted", "b1", 11 * MIN, ""),
           obs(), 12 * MIN, &["SetPhase(Ready)"], &[]),
         c("a Ready Node makes it Ready with nodeRef and versions", installed(),
