@@ -126,7 +126,9 @@ pub async fn serve(global: &crate::cli::GlobalArgs, args: ServeArgs) -> anyhow::
                 store: store.clone(),
                 directory: directory.clone(),
                 recorder: recorder.clone(),
-                ignition: Arc::new(crate::http::boot::ignition::MinimalIgnition),
+                ignition: Arc::new(crate::http::boot::renderer::Renderer {
+                    store: store.clone(),
+                }),
                 leases: None,
                 metrics,
             },

@@ -102,3 +102,19 @@ pub async fn set_boot(store: &dyn Store, m: &Machine, boot_id: &str) -> Machine 
     });
     store.update_status_obj(&cur).await.expect("set boot")
 }
+
+/// The bootstrap-token Secret the class's join settings name (`join`).
+pub fn join_secret() -> k8s_openapi::api::core::v1::Secret {
+    let mut s = k8s_openapi::api::core::v1::Secret::default();
+    s.metadata.name = Some("join".into());
+    s.metadata.namespace = Some("default".into());
+    s.data = Some(
+        [(
+            "token".to_string(),
+            k8s_openapi::ByteString(b"abcdef.0123456789abcdef".to_vec()),
+        )]
+        .into_iter()
+        .collect(),
+    );
+    s
+}

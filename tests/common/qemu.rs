@@ -148,6 +148,20 @@ impl Vm {
         })
     }
 
+    /// Like `wait_serial`, but give up early when QEMU exits without it.
+    pub fn wait_serial_or_exit(&mut self, marker: &str, timeout: Duration) -> Option<Duration> {
+        let r = wait_for(timeout, || {
+            if self.serial_text().contains(marker) {
+                Some(Some(self.started.elapsed()))
+            } else if !self.guard.running() {
+                Some(None)
+            } else {
+                None
+            }
+        });
+        r.flatten()
+    }
+
     /// Wait for QEMU to exit (the guest rebooted or powered off).
     pub fn wait_exit(&mut self, timeout: Duration) -> bool {
         wait_for(timeout, || (!self.guard.running()).then_some(())).is_some()

@@ -12,6 +12,9 @@
 //! - the request must come from the Machine's address: its reserved address
 //!   (`spec.network.address`) or the address its current DHCP lease gave it,
 //!   when a lease lookup is wired in. A machine with neither is refused.
+//!   `serve` wires no lease lookup yet (the DHCP server keeps its lease
+//!   table to itself), so today the reserved address is the rule; DHCP
+//!   hands reserved machines exactly that address.
 
 use std::net::{IpAddr, Ipv4Addr};
 

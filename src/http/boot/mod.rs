@@ -15,6 +15,7 @@ pub mod ignition;
 pub mod metrics;
 pub mod ra;
 pub mod range;
+pub mod renderer;
 pub mod script;
 pub mod script_handler;
 pub mod token;
@@ -319,7 +320,14 @@ pub fn router(state: Arc<BootState>) -> Router {
         .route("/callhome/{what}", post(callhome::handler))
         .fallback(fallback)
         .layer(axum::extract::DefaultBodyLimit::max(4096))
-        .layer(tower_http::trace::TraceLayer::new_for_http())
+        // The span names the path only: queries carry per-boot tokens.
+        .layer(
+            tower_http::trace::TraceLayer::new_for_http().make_span_with(
+                |r: &http::Request<axum::body::Body>| {
+                    tracing::info_span!("boot_http", method = %r.method(), path = %r.uri().path())
+                },
+            ),
+        )
         .with_state(state)
 }
 
