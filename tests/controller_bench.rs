@@ -287,7 +287,18 @@ async fn run(n: usize, limit: usize) {
         if ready == n || t0.elapsed() > deadline {
             break;
         }
-        assert_eq!(phase(MachinePhase::Error), 0, "a machine went to Error");
+        let failed: Vec<_> = all
+            .iter()
+            .filter(|m| m.status.as_ref().and_then(|s| s.phase) == Some(MachinePhase::Error))
+            .map(|m| {
+                let e = m.status.as_ref().and_then(|s| s.last_error.as_ref());
+                (
+                    m.metadata.name.clone(),
+                    e.map(|e| format!("{}: {}", e.reason, e.message)),
+                )
+            })
+            .collect();
+        assert!(failed.is_empty(), "machines went to Error: {failed:?}");
     }
     let wall = t0.elapsed();
     cancel.cancel();
