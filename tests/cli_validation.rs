@@ -111,8 +111,8 @@ fn the_deliberately_invalid_example_is_refused_and_the_others_apply() {
     }
     let (_, m) = s.req(
         "GET",
-        "/apis/metalherd.dev/v1alpha1/namespaces/default/machines/rack1-u08",
+        "/apis/metalherd.dev/v1alpha1/namespaces/default/machines/rack1-u99",
         None,
     );
-    assert_eq!(m["reason"], "NotFound");
+    assert_eq!(m["reason"], "NotFound", "{m}");
 }

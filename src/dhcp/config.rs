@@ -395,7 +395,7 @@ mod tests {
     #[test]
     fn example_config_validates() {
         let f: crate::config::ConfigFile =
-            serde_yaml::from_str(include_str!("../../deploy/examples/config-dhcp.yaml")).unwrap();
+            serde_yaml::from_str(include_str!("../../deploy/config/dhcp.yaml")).unwrap();
         let s = DhcpSettings::try_from(f.dhcp.unwrap()).unwrap();
         assert_eq!(s.subnets.len(), 2);
         assert_eq!(s.boot_files[&16], "ipxe.efi");
