@@ -85,11 +85,13 @@ pub async fn serve(global: &crate::cli::GlobalArgs, args: ServeArgs) -> anyhow::
     // They take `store`, `directory`, `registry` (metrics) and a child of
     // `cancel`, bind their sockets now (fail fast), and run in `tasks`.
     let recorder = crate::directory::BootRecorder::spawn(store.clone(), cancel.clone());
+    let mut lease_releaser = None;
     if let Some(wire) = config.dhcp.clone() {
         let metrics = crate::dhcp::metrics::DhcpMetrics::default();
         registry.with_registry(|r| metrics.register(r));
         let settings = crate::dhcp::DhcpSettings::try_from(wire).context("config dhcp")?;
         let bound = crate::dhcp::server::BoundServer::bind(settings, &data_dir).await?;
+        lease_releaser = Some(bound.releaser());
         let (st, dir, rec, c) = (
             store.clone(),
             directory.clone(),
@@ -150,6 +152,9 @@ pub async fn serve(global: &crate::cli::GlobalArgs, args: ServeArgs) -> anyhow::
             store.clone(),
             controller,
             runner_metrics,
+            lease_releaser.map(|r| {
+                Arc::new(r) as Arc<dyn crate::controller::machine::execute::AddressReleaser>
+            }),
             &mut tasks,
             cancel.clone(),
         )

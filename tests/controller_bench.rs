@@ -236,6 +236,7 @@ async fn run(n: usize, limit: usize) {
         slots: BootSlots::new(limit),
         limits,
         drain: DrainOptions::default(),
+        releaser: None,
     };
     let metrics = RunnerMetrics::default();
     let runner = Runner::new(

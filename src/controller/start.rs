@@ -37,6 +37,7 @@ pub async fn start_machine_controller(
     store: Arc<dyn Store>,
     settings: ControllerSettings,
     metrics: RunnerMetrics,
+    releaser: Option<Arc<dyn crate::controller::machine::execute::AddressReleaser>>,
     tasks: &mut JoinSet<()>,
     cancel: CancellationToken,
 ) -> Result<(), StartError> {
@@ -55,6 +56,7 @@ pub async fn start_machine_controller(
         slots: BootSlots::new(settings.boot_storm_limit),
         limits: settings.limits,
         drain: settings.drain,
+        releaser,
     };
     let restored = reconciler.restore_slots().await?;
     tracing::info!(

@@ -51,8 +51,24 @@ pub fn bmc_reason(e: &BmcError) -> String {
 }
 
 /// What the executor works with, borrowed for one reconcile.
+/// Gives a retired machine's DHCP lease back (the DHCP server's handle,
+/// when metalherd answers DHCP).
+pub trait AddressReleaser: Send + Sync {
+    fn release(&self, mac: [u8; 6]);
+}
+
+impl AddressReleaser for crate::dhcp::server::LeaseReleaser {
+    fn release(&self, mac: [u8; 6]) {
+        if !crate::dhcp::server::LeaseReleaser::release(self, mac) {
+            tracing::warn!("DHCP lease release queue full; the lease will expire instead");
+        }
+    }
+}
+
 pub struct Executor<'a> {
     pub store: &'a dyn Store,
+    /// Releases DHCP leases of retired machines, when DHCP runs here.
+    pub releaser: Option<&'a dyn AddressReleaser>,
     pub key: &'a ObjectKey,
     pub bmc: Option<&'a dyn Bmc>,
     pub cluster: Option<&'a dyn TargetCluster>,
@@ -261,12 +277,20 @@ impl Executor<'_> {
                 Ok(()) => Ok(()),
                 Err(e) => self.cluster_failed(w, step, &e).await,
             },
-            // The DHCP server keeps its lease table to itself (no handle
-            // reaches it from here), and a Machine's address is reserved by
-            // its spec, not leased from the pool: once the Machine is gone
-            // the reservation goes with it and any dynamic lease the server
-            // handed out during PXE simply expires. Nothing to do.
-            Step::ReleaseAddress => Ok(()),
+            // The reservation goes with the Machine; the lease the DHCP
+            // server holds for its MAC is given back now rather than left
+            // to expire. Without DHCP here there is nothing to release.
+            Step::ReleaseAddress => {
+                let mac =
+                    w.m.spec
+                        .boot_mac_address
+                        .as_deref()
+                        .and_then(crate::api::validate::parse_mac);
+                if let (Some(r), Some(mac)) = (self.releaser, mac) {
+                    r.release(mac);
+                }
+                Ok(())
+            }
             _ => Ok(()),
         }
     }

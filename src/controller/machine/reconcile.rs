@@ -33,6 +33,7 @@ pub struct MachineReconciler {
     pub slots: BootSlots<ObjectKey>,
     pub limits: Limits,
     pub drain: DrainOptions,
+    pub releaser: Option<Arc<dyn super::execute::AddressReleaser>>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -168,6 +169,7 @@ impl MachineReconciler {
     ) -> Executor<'a> {
         Executor {
             store: self.store.as_ref(),
+            releaser: self.releaser.as_deref(),
             key,
             bmc,
             cluster: self.cluster.as_deref(),

@@ -37,6 +37,7 @@ fn reconciler(e: &Env, connector: FakeConnector, limit: usize) -> MachineReconci
         slots: BootSlots::new(limit),
         limits: Limits::default(),
         drain: DrainOptions::default(),
+        releaser: None,
     }
 }
 
