@@ -25,7 +25,9 @@ fn machine(i: usize) -> Value {
         "metadata": {"name": format!("m{i:05}"), "namespace": "default",
                      "labels": {"rack": format!("r{}", i % 40), "role": "worker"}},
         "spec": {
-            "bmc": {"address": format!("redfish+https://10.1.{}.{}/redfish/v1/Systems/1", i / 250, i % 250),
+            // Loopback port 9 (nothing listens): the machine controller in
+            // `serve` may try these BMCs, and must reach nothing off-box.
+            "bmc": {"address": format!("redfish+https://127.0.0.1:9/redfish/v1/Systems/{i}"),
                     "credentialsSecretRef": {"name": format!("m{i:05}-bmc")}},
             "bootMACAddress": format!("52:54:00:00:{:02x}:{:02x}", i / 256, i % 256),
             "network": {"address": format!("10.2.{}.{}/16", i / 250, i % 250 + 1), "gateway": "10.2.255.254"},

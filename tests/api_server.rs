@@ -6,19 +6,26 @@
 
 mod common;
 
-use std::process::Command;
 use std::time::Duration;
 
-use common::manifests::machine;
+use common::manifests::{machine, machine_class};
 use common::proc::{ChildGuard, wait_for};
 use common::server::Server;
 use serde_json::{Value, json};
 
 const MACHINES: &str = "/apis/metalherd.dev/v1alpha1/namespaces/default/machines";
+/// Watches use Secrets: no controller writes them, so the stream holds
+/// exactly the test's own changes.
+const SECRETS: &str = "/api/v1/namespaces/default/secrets";
+
+fn secret(name: &str) -> Value {
+    json!({"apiVersion": "v1", "kind": "Secret",
+        "metadata": {"name": name, "labels": {"rack": "r1"}}, "data": {"k": "djE="}})
+}
 
 #[test]
 fn requests_without_the_token_get_401_and_healthz_needs_none() {
-    let s = Server::start();
+    let s = Server::start_isolated();
     for path in [
         MACHINES,
         "/api/v1/namespaces/default/secrets",
@@ -56,7 +63,10 @@ fn requests_without_the_token_get_401_and_healthz_needs_none() {
 
 #[test]
 fn crud_with_kubernetes_codes() {
-    let s = Server::start();
+    let s = Server::start_isolated();
+    // Machines: create, list, get. (The machine controller runs in this
+    // server and writes their status, so exact-version checks use a
+    // MachineClass below, which no controller writes.)
     let (code, m1) = s.req("POST", MACHINES, Some(&machine("m1")));
     assert_eq!(code, 201, "{m1}");
     assert_eq!(m1["metadata"]["generation"], 1);
@@ -66,8 +76,6 @@ fn crud_with_kubernetes_codes() {
     let mut other = machine("m2");
     other["metadata"]["labels"] = json!({"rack": "r2"});
     assert_eq!(s.req("POST", MACHINES, Some(&other)).0, 201);
-
-    // List, with a label selector, and across namespaces.
     let (code, l) = s.req("GET", &format!("{MACHINES}?labelSelector=rack%3Dr2"), None);
     assert_eq!(code, 200);
     assert_eq!(l["kind"], "MachineList");
@@ -77,44 +85,49 @@ fn crud_with_kubernetes_codes() {
     assert_eq!(all["items"].as_array().unwrap().len(), 2);
     let (code, bad) = s.req("GET", &format!("{MACHINES}?labelSelector=a%20in%20"), None);
     assert_eq!((code, bad["reason"].as_str()), (400, Some("BadRequest")));
-
-    // Get and 404.
     let (code, got) = s.req("GET", &format!("{MACHINES}/m1"), None);
-    assert_eq!((code, &got), (200, &m1));
+    assert_eq!(code, 200);
+    assert_eq!(
+        (&got["metadata"]["uid"], &got["spec"]),
+        (&m1["metadata"]["uid"], &m1["spec"])
+    );
     let (code, nf) = s.req("GET", &format!("{MACHINES}/nope"), None);
     assert_eq!((code, nf["reason"].as_str()), (404, Some("NotFound")));
 
     // Replace: spec change bumps generation; a stale resourceVersion conflicts.
-    let mut upd = m1.clone();
-    upd["spec"]["online"] = json!(true);
-    let (code, m1b) = s.req("PUT", &format!("{MACHINES}/m1"), Some(&upd));
-    assert_eq!(code, 200, "{m1b}");
-    assert_eq!(m1b["metadata"]["generation"], 2);
-    let (code, c) = s.req("PUT", &format!("{MACHINES}/m1"), Some(&upd));
+    let classes = "/apis/metalherd.dev/v1alpha1/namespaces/default/machineclasses";
+    let (code, c1) = s.req("POST", classes, Some(&machine_class("c1")));
+    assert_eq!(code, 201, "{c1}");
+    let mut upd = c1.clone();
+    upd["spec"]["kubernetes"]["version"] = json!("v1.33.3");
+    let (code, c1b) = s.req("PUT", &format!("{classes}/c1"), Some(&upd));
+    assert_eq!(code, 200, "{c1b}");
+    assert_eq!(c1b["metadata"]["generation"], 2);
+    let (code, c) = s.req("PUT", &format!("{classes}/c1"), Some(&upd));
     assert_eq!((code, c["reason"].as_str()), (409, Some("Conflict")), "{c}");
     // A body naming another object is a bad request.
-    let (code, _) = s.req("PUT", &format!("{MACHINES}/m2"), Some(&m1b));
+    let (code, _) = s.req("PUT", &format!("{classes}/c2"), Some(&c1b));
     assert_eq!(code, 400);
 
     // Merge patch (labels), without a resourceVersion: applied to the latest.
     let (code, p) = s.http(
         "PATCH",
-        &format!("{MACHINES}/m1"),
+        &format!("{classes}/c1"),
         Some(&s.token),
-        Some(&json!({"metadata": {"labels": {"role": "worker"}}})),
+        Some(&json!({"metadata": {"labels": {"pool": "a"}}})),
         "application/merge-patch+json",
     );
     assert_eq!(code, 200, "{p}");
     assert_eq!(
         p["metadata"]["labels"],
-        json!({"rack": "r1", "role": "worker"})
+        json!({"os": "flatcar", "pool": "a"})
     );
     assert_eq!(p["metadata"]["generation"], 2, "labels are not spec");
     let (code, _) = s.http(
         "PATCH",
-        &format!("{MACHINES}/m1"),
+        &format!("{classes}/c1"),
         Some(&s.token),
-        Some(&json!({"spec": {"online": false}})),
+        Some(&json!({"spec": {"wipeOnDeprovision": true}})),
         "application/json",
     );
     assert_eq!(code, 415);
@@ -122,27 +135,28 @@ fn crud_with_kubernetes_codes() {
     // Status goes through /status only.
     let (code, st) = s.http(
         "PATCH",
-        &format!("{MACHINES}/m1/status"),
+        &format!("{classes}/c1/status"),
         Some(&s.token),
-        Some(&json!({"status": {"phase": "Available", "powerState": "Off"}})),
+        Some(&json!({"status": {"revision": "r1"}})),
         "application/merge-patch+json",
     );
     assert_eq!(code, 200, "{st}");
-    assert_eq!(st["status"]["phase"], "Available");
+    assert_eq!(st["status"]["revision"], "r1");
     assert_eq!(st["metadata"]["generation"], 2);
     let mut with_status = st.clone();
-    with_status["status"]["phase"] = json!("Error");
-    let (code, kept) = s.req("PUT", &format!("{MACHINES}/m1"), Some(&with_status));
+    with_status["status"]["revision"] = json!("r2");
+    let (code, kept) = s.req("PUT", &format!("{classes}/c1"), Some(&with_status));
     assert_eq!(code, 200, "{kept}");
     assert_eq!(
-        kept["status"]["phase"], "Available",
+        kept["status"]["revision"], "r1",
         "PUT must not write status"
     );
 
     // Secrets: stringData is folded into data.
+    let secrets = "/api/v1/namespaces/default/secrets";
     let (code, sec) = s.req(
         "POST",
-        "/api/v1/namespaces/default/secrets",
+        secrets,
         Some(&json!({"apiVersion": "v1", "kind": "Secret",
             "metadata": {"name": "m1-bmc"}, "stringData": {"username": "admin"}})),
     );
@@ -157,15 +171,17 @@ fn crud_with_kubernetes_codes() {
     assert_eq!(code, 404);
 
     // Delete, then it is gone.
-    let (code, _) = s.req("DELETE", &format!("{MACHINES}/m1"), None);
-    assert_eq!(code, 200);
-    let (code, _) = s.req("GET", &format!("{MACHINES}/m1"), None);
-    assert_eq!(code, 404);
-    let (code, nf) = s.req("DELETE", &format!("{MACHINES}/m1"), None);
-    assert_eq!((code, nf["reason"].as_str()), (404, Some("NotFound")));
+    for path in [format!("{classes}/c1"), format!("{secrets}/m1-bmc")] {
+        let (code, _) = s.req("DELETE", &path, None);
+        assert_eq!(code, 200, "{path}");
+        assert_eq!(s.req("GET", &path, None).0, 404, "{path}");
+        let (code, nf) = s.req("DELETE", &path, None);
+        assert_eq!((code, nf["reason"].as_str()), (404, Some("NotFound")));
+    }
 
     // Metrics count what happened, under the metalherd_ prefix.
-    let out = Command::new("curl")
+    let out = s
+        .command("curl")
         .args(["-s", "-H", &format!("Authorization: Bearer {}", s.token)])
         .arg(format!("{}/metrics", s.url))
         .output()
@@ -181,22 +197,24 @@ fn crud_with_kubernetes_codes() {
 
 #[test]
 fn finalizers_only_mark_for_deletion() {
-    let s = Server::start();
-    let mut m = machine("m1");
-    m["metadata"]["finalizers"] = json!(["metalherd.dev/machine"]);
-    assert_eq!(s.req("POST", MACHINES, Some(&m)).0, 201);
-    let (code, marked) = s.req("DELETE", &format!("{MACHINES}/m1"), None);
+    let s = Server::start_isolated();
+    let secrets = "/api/v1/namespaces/default/secrets";
+    let sec = json!({"apiVersion": "v1", "kind": "Secret",
+        "metadata": {"name": "held", "finalizers": ["example.com/hold"]}});
+    assert_eq!(s.req("POST", secrets, Some(&sec)).0, 201);
+    let (code, marked) = s.req("DELETE", &format!("{secrets}/held"), None);
     assert_eq!(code, 202, "{marked}");
     assert!(marked["metadata"]["deletionTimestamp"].is_string());
+    assert_eq!(s.req("GET", &format!("{secrets}/held"), None).0, 200);
     let (code, _) = s.http(
         "PATCH",
-        &format!("{MACHINES}/m1"),
+        &format!("{secrets}/held"),
         Some(&s.token),
         Some(&json!({"metadata": {"finalizers": null}})),
         "application/merge-patch+json",
     );
     assert!(code == 200 || code == 404, "{code}");
-    assert_eq!(s.req("GET", &format!("{MACHINES}/m1"), None).0, 404);
+    assert_eq!(s.req("GET", &format!("{secrets}/held"), None).0, 404);
 }
 
 /// Start `curl -N` on a watch URL, writing the stream to a file.
@@ -209,10 +227,10 @@ fn start_watch(s: &Server, query: &str, file: &str) -> (ChildGuard, std::path::P
     let out = s.dir.path().join(file);
     let guard = ChildGuard::spawn(
         "curl watch",
-        Command::new("curl")
+        s.command("curl")
             .args(["-s", "-N", "--max-time", "60", "-H"])
             .arg(format!("Authorization: Bearer {}", s.token))
-            .arg(format!("{}{MACHINES}?watch=true{timeout}{query}", s.url)),
+            .arg(format!("{}{SECRETS}?watch=true{timeout}{query}", s.url)),
         &out,
     );
     (guard, out)
@@ -254,9 +272,9 @@ fn summary(evs: &[Value]) -> Vec<(String, String)> {
 
 #[test]
 fn watch_streams_changes_over_http_and_resumes_from_a_version() {
-    let s = Server::start();
-    assert_eq!(s.req("POST", MACHINES, Some(&machine("before"))).0, 201);
-    let (_, list) = s.req("GET", MACHINES, None);
+    let s = Server::start_isolated();
+    assert_eq!(s.req("POST", SECRETS, Some(&secret("before"))).0, 201);
+    let (_, list) = s.req("GET", SECRETS, None);
     let rv = list["metadata"]["resourceVersion"]
         .as_str()
         .unwrap()
@@ -276,14 +294,14 @@ fn watch_streams_changes_over_http_and_resumes_from_a_version() {
     // resumed one a change it must see to prove it is open too.
     events(&plain, 1);
 
-    let (_, a) = s.req("POST", MACHINES, Some(&machine("a")));
-    let mut b = machine("b");
+    let (_, a) = s.req("POST", SECRETS, Some(&secret("a")));
+    let mut b = secret("b");
     b["metadata"]["labels"]["rack"] = json!("r2");
-    assert_eq!(s.req("POST", MACHINES, Some(&b)).0, 201);
+    assert_eq!(s.req("POST", SECRETS, Some(&b)).0, 201);
     let mut a2 = a.clone();
-    a2["spec"]["online"] = json!(true);
-    assert_eq!(s.req("PUT", &format!("{MACHINES}/a"), Some(&a2)).0, 200);
-    assert_eq!(s.req("DELETE", &format!("{MACHINES}/a"), None).0, 200);
+    a2["data"]["k"] = json!("djI=");
+    assert_eq!(s.req("PUT", &format!("{SECRETS}/a"), Some(&a2)).0, 200);
+    assert_eq!(s.req("DELETE", &format!("{SECRETS}/a"), None).0, 200);
 
     let want_after: Vec<(String, String)> = [
         ("ADDED", "a"),
@@ -323,7 +341,7 @@ fn watch_streams_changes_over_http_and_resumes_from_a_version() {
     // A bad version is a 400, not a hang.
     let (code, _) = s.req(
         "GET",
-        &format!("{MACHINES}?watch=true&resourceVersion=abc"),
+        &format!("{SECRETS}?watch=true&resourceVersion=abc"),
         None,
     );
     assert_eq!(code, 400);

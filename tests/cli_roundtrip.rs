@@ -31,7 +31,7 @@ metadata:
     rack: rack1
 spec:
   bmc:
-    address: ipmi://10.0.0.107:623
+    address: ipmi://127.0.0.1:9
     credentialsSecretRef:
       name: rack1-u07-bmc
   bootMACAddress: "52:54:00:12:34:07"
@@ -63,7 +63,7 @@ fn header(table: &str) -> Vec<String> {
 
 #[test]
 fn apply_get_describe_delete_round_trip() {
-    let s = Server::start();
+    let s = Server::start_isolated();
     let file = s.dir.path().join("rack1.yaml");
     std::fs::write(&file, MACHINE).unwrap();
     let f = file.to_str().unwrap();
@@ -77,7 +77,9 @@ fn apply_get_describe_delete_round_trip() {
         "secret/rack1-u07-bmc unchanged\nmachine/rack1-u07 unchanged\n"
     );
 
-    // A controller claims the machine (label + finalizer) and reports status.
+    // Something else claims the machine (a label and a finalizer, as a
+    // MachineSet would); the machine controller running in this server
+    // writes status meanwhile.
     let base = "/apis/metalherd.dev/v1alpha1/namespaces/default/machines/rack1-u07";
     let (code, _) = s.http(
         "PATCH",
@@ -90,22 +92,6 @@ fn apply_get_describe_delete_round_trip() {
         "application/merge-patch+json",
     );
     assert_eq!(code, 200);
-    let (code, st) = s.http(
-        "PATCH",
-        &format!("{base}/status"),
-        Some(&s.token),
-        Some(&json!({"status": {
-            "phase": "Provisioning", "powerState": "On",
-            "conditions": [{"type": "BmcReachable", "status": "True", "reason": "Connected",
-                            "message": "IPMI session open", "lastTransitionTime": "2026-01-01T00:00:00Z"}],
-            "lastError": {"reason": "InstallTimeout", "message": "no call-home in 30m",
-                          "time": "2026-01-01T00:00:00Z"},
-            "bootHistory": [{"time": "2026-01-01T00:00:00Z", "step": "DHCPAck", "detail": "10.0.0.107"},
-                            {"time": "2026-01-01T00:00:05Z", "step": "TFTP", "detail": "ipxe.efi", "bytes": 1024}]
-        }})),
-        "application/merge-patch+json",
-    );
-    assert_eq!(code, 200, "{st}");
     let (code, ev) = s.req(
         "POST",
         "/api/v1/namespaces/default/events",
@@ -119,7 +105,7 @@ fn apply_get_describe_delete_round_trip() {
     );
     assert_eq!(code, 201, "{ev}");
 
-    // Re-applying the same manifest keeps what the controller added.
+    // Re-applying the same manifest keeps what others added.
     assert!(ok(&s, &["apply", "-f", f]).contains("machine/rack1-u07 unchanged"));
     // Changing it is "configured", and still keeps the claim.
     let changed = MACHINE.replace("rack: rack1", "rack: rack2");
@@ -135,10 +121,6 @@ fn apply_get_describe_delete_round_trip() {
         m["metadata"]["finalizers"],
         json!(["metalherd.dev/machine"])
     );
-    assert_eq!(
-        m["status"]["phase"], "Provisioning",
-        "apply never writes status"
-    );
 
     // get: tables per kind.
     let t = ok(&s, &["get", "machines"]);
@@ -146,15 +128,14 @@ fn apply_get_describe_delete_round_trip() {
         header(&t),
         ["NAME", "PHASE", "POWER", "NODE", "CLASS", "AGE"]
     );
-    let row: Vec<&str> = t.lines().nth(1).unwrap().split_whitespace().collect();
-    assert_eq!(
-        &row[..4],
-        ["rack1-u07", "Provisioning", "On", "flatcar"],
+    let row = t.lines().nth(1).unwrap();
+    assert!(
+        row.starts_with("rack1-u07 ") && row.contains(" flatcar "),
         "{t}"
     );
     let t = ok(&s, &["get", "machine", "rack1-u07", "-o", "wide"]);
     assert!(
-        t.contains("ipmi://10.0.0.107:623") && t.contains("InstallTimeout"),
+        t.contains("ipmi://127.0.0.1:9") && t.contains("52:54:00:12:34:07"),
         "{t}"
     );
     assert_eq!(ok(&s, &["get", "machines", "-l", "rack=rack1"]), "");
@@ -181,18 +162,16 @@ fn apply_get_describe_delete_round_trip() {
         serde_yaml::from_str(&ok(&s, &["get", "m", "rack1-u07", "-o", "yaml"])).unwrap();
     assert_eq!(one["kind"], "Machine");
 
-    // describe: fields, conditions, boot history, last error, events.
+    // describe: fields, spec, status, events. (Conditions, boot history and
+    // last error formatting: see the unit tests of cli::show.)
     let d = ok(&s, &["describe", "machine", "rack1-u07"]);
     for want in [
         "Name:         rack1-u07",
         "Labels:       metalherd.dev/machineset=workers",
         "Finalizers:   metalherd.dev/machine",
-        "address: ipmi://10.0.0.107:623",
-        "phase: Provisioning",
-        "Last Error:   InstallTimeout: no call-home in 30m",
-        "BmcReachable",
-        "DHCPAck",
-        "ipxe.efi (1024 bytes)",
+        "address: ipmi://127.0.0.1:9",
+        "Spec:",
+        "Events:",
         "PoweredOn",
         "power on for install",
     ] {
@@ -232,11 +211,11 @@ fn apply_get_describe_delete_round_trip() {
 
 #[test]
 fn get_watch_prints_new_rows() {
-    let s = Server::start();
+    let s = Server::start_isolated();
     let log = s.dir.path().join("watch.out");
     let mut w = ChildGuard::spawn(
         "metalherd get -w",
-        Command::new(common::metalherd_bin())
+        s.metalherd()
             .arg("--data-dir")
             .arg(&s.data_dir)
             .args(["get", "machines", "-w"]),
@@ -284,9 +263,10 @@ fn cli_says_how_to_start_the_server_when_it_is_not_running() {
 
 #[test]
 fn serve_fails_fast_on_a_used_port_and_stops_cleanly_on_sigterm() {
-    let mut s = Server::start();
+    let mut s = Server::start_isolated();
     let dir = tempfile::tempdir().unwrap();
-    let out = Command::new(common::metalherd_bin())
+    let out = s
+        .metalherd()
         .args(["serve", "--listen", &s.addr, "--data-dir"])
         .arg(dir.path())
         .output()
@@ -298,7 +278,8 @@ fn serve_fails_fast_on_a_used_port_and_stops_cleanly_on_sigterm() {
     // An unwritable data directory (a path below a regular file).
     let f = dir.path().join("file");
     std::fs::write(&f, "").unwrap();
-    let out = Command::new(common::metalherd_bin())
+    let out = s
+        .metalherd()
         .args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
         .arg(f.join("data"))
         .output()
@@ -309,7 +290,7 @@ fn serve_fails_fast_on_a_used_port_and_stops_cleanly_on_sigterm() {
     // SIGTERM: a clean exit, even with a watch open.
     let _watch = ChildGuard::spawn(
         "curl watch",
-        Command::new("curl")
+        s.command("curl")
             .args(["-s", "-N", "--max-time", "60", "-H"])
             .arg(format!("Authorization: Bearer {}", s.token))
             .arg(format!("{}/api/v1/secrets?watch=true", s.url)),
@@ -323,13 +304,14 @@ fn serve_fails_fast_on_a_used_port_and_stops_cleanly_on_sigterm() {
     let addr = format!("127.0.0.1:{}", common::free_port());
     let _again = ChildGuard::spawn(
         "metalherd serve again",
-        Command::new(common::metalherd_bin())
+        s.metalherd()
             .args(["serve", "--listen", &addr, "--data-dir"])
             .arg(&s.data_dir),
         &s.dir.path().join("serve2.log"),
     );
     let code = wait_for(Duration::from_secs(30), || {
-        let out = Command::new("curl")
+        let out = s
+            .command("curl")
             .args(["-s", "-o", "/dev/null", "-w", "%{http_code}", "-H"])
             .arg(format!("Authorization: Bearer {}", s.token))
             .arg(format!("http://{addr}/api/v1/secrets"))

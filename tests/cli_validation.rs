@@ -27,7 +27,7 @@ fn store_version(s: &Server) -> (String, usize) {
 
 #[test]
 fn apply_refuses_each_bad_manifest_with_its_field_path() {
-    let s = Server::start();
+    let s = Server::start_isolated();
     for b in bad_manifests() {
         let file = s.dir.path().join(format!(
             "{}.yaml",
@@ -55,7 +55,7 @@ fn apply_refuses_each_bad_manifest_with_its_field_path() {
 
 #[test]
 fn a_bad_document_does_not_stop_the_good_ones() {
-    let s = Server::start();
+    let s = Server::start_isolated();
     let bad = &bad_manifests()[1];
     let docs = [machine("good-1"), bad.doc.clone(), machine("good-2")]
         .iter()
@@ -82,7 +82,7 @@ fn a_bad_document_does_not_stop_the_good_ones() {
 
 #[test]
 fn the_deliberately_invalid_example_is_refused_and_the_others_apply() {
-    let s = Server::start();
+    let s = Server::start_isolated();
     let dir = common::repo_root().join("deploy/examples");
     let out = s.cli(&["apply", "-f", dir.to_str().unwrap()]);
     let (stdout, stderr) = text(&out);
@@ -102,9 +102,9 @@ fn the_deliberately_invalid_example_is_refused_and_the_others_apply() {
         assert!(stderr.contains(l), "{l} missing: {stderr}");
     }
     for l in [
-        "machine/rack1-u07 created",
-        "secret/rack1-u07-bmc created",
-        "secret/bootstrap-token created",
+        "machine/rack1-u05 created",
+        "secret/rack1-u05-bmc created",
+        "secret/join-token created",
         "machineset/workers created",
     ] {
         assert!(stdout.contains(l), "{l} missing: {stdout}");

@@ -42,6 +42,15 @@ pub async fn run(g: &GlobalArgs, a: ApplyArgs) -> anyhow::Result<()> {
     let client = ApiClient::from_global(g)?;
     let total = docs.len();
     for d in docs {
+        // A directory may hold config files next to manifests (deploy/examples
+        // does): a document with neither apiVersion nor kind is not an object.
+        if d.value.get("apiVersion").is_none() && d.value.get("kind").is_none() {
+            eprintln!(
+                "skipped: {}: not an object manifest (no apiVersion or kind)",
+                d.source
+            );
+            continue;
+        }
         match apply_one(&client, &d.value, a.namespace.as_deref()).await {
             Ok(line) => println!("{line}"),
             // The server is unreachable or refuses us: nothing else will work.

@@ -471,6 +471,33 @@ mod tests {
     }
 
     #[test]
+    fn describe_machine_shows_conditions_boot_history_last_error_events() {
+        let m = json!({"metadata": {"name": "m1", "namespace": "default",
+                "annotations": {LAST_APPLIED: "{}"}},
+            "spec": {"bmc": {"address": "ipmi://h"}},
+            "status": {"phase": "Provisioning",
+                "conditions": [{"type": "BmcReachable", "status": "True", "reason": "Connected",
+                    "message": "ok", "lastTransitionTime": "2026-01-01T00:00:00Z"}],
+                "lastError": {"reason": "InstallTimeout", "message": "no call-home",
+                    "time": "2026-01-01T00:00:00Z"},
+                "bootHistory": [{"time": "2026-01-01T00:00:05Z", "step": "TFTP",
+                    "detail": "ipxe.efi", "bytes": 1024}]}});
+        let ev = json!({"type": "Normal", "reason": "PoweredOn", "message": "power on",
+            "count": 2, "lastTimestamp": "2026-01-01T00:00:01Z"});
+        let d = describe(Kind::Machine, &m, &[ev]);
+        for want in [
+            "phase: Provisioning",
+            "Last Error:   InstallTimeout: no call-home",
+            "BmcReachable   True",
+            "TFTP   ipxe.efi (1024 bytes)",
+            "Normal   PoweredOn",
+            "Annotations:  <none>",
+        ] {
+            assert!(d.contains(want), "{want:?} missing:\n{d}");
+        }
+    }
+
+    #[test]
     fn describe_secret_shows_sizes_not_values() {
         let sec = json!({"metadata": {"name": "bmc", "namespace": "default"},
             "type": "Opaque", "data": {"password": "aHVudGVyMg=="}});

@@ -9,7 +9,7 @@ pub fn machine(name: &str) -> Value {
         "kind": "Machine",
         "metadata": {"name": name, "namespace": "default", "labels": {"rack": "r1"}},
         "spec": {
-            "bmc": {"address": "redfish+https://10.0.0.5/redfish/v1/Systems/1",
+            "bmc": {"address": "redfish+https://127.0.0.1:9/redfish/v1/Systems/1",
                     "credentialsSecretRef": {"name": format!("{name}-bmc")}},
             "bootMACAddress": "52:54:00:12:34:56",
             "network": {"address": "10.0.0.7/24", "gateway": "10.0.0.1"}
@@ -113,4 +113,23 @@ pub fn bad_manifests() -> Vec<Bad> {
         says: "malformed version",
     });
     v
+}
+
+/// A MachineClass no controller writes to: API semantics tests use it where
+/// a Machine would race with the machine controller.
+pub fn machine_class(name: &str) -> Value {
+    json!({
+        "apiVersion": "metalherd.dev/v1alpha1",
+        "kind": "MachineClass",
+        "metadata": {"name": name, "namespace": "default", "labels": {"os": "flatcar"}},
+        "spec": {
+            "image": {"os": "flatcar", "version": "4593.2.4",
+                      "kernel": {"url": "http://127.0.0.1:9/vmlinuz"},
+                      "initrd": {"url": "http://127.0.0.1:9/initrd"}},
+            "kubernetes": {"version": "v1.33.2"},
+            "containerRuntime": {"name": "containerd", "version": "2.1.4"},
+            "join": {"apiServerEndpoint": "127.0.0.1:6443", "tokenSecretRef": {"name": "join-token"},
+                     "caCertHashes": ["sha256:ed5bdd5dc7c2c2c56c41668b5f5a07389c0c7be2627992a37a5eb02462ec011c"]}
+        }
+    })
 }

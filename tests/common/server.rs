@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 
+use super::netns::Netns;
 use super::proc::{ChildGuard, wait_for};
 use super::{free_port, metalherd_bin};
 
@@ -20,6 +21,11 @@ pub struct Server {
     pub token: String,
     /// How many times the server was started.
     pub starts: u32,
+    /// When isolated: the network namespace (only loopback) the server, the
+    /// CLI and curl run in, so whatever the controllers try to reach (BMCs
+    /// named in test manifests) stays inside it. Dropped last: removing it
+    /// kills whatever still runs inside.
+    pub ns: Option<Netns>,
 }
 
 impl Server {
@@ -32,6 +38,16 @@ impl Server {
 
     /// Start with a config file holding `yaml` (written into the temp dir).
     pub fn start_with_config(yaml: Option<&str>) -> Server {
+        Server::start_in(yaml, None)
+    }
+
+    /// Start in a fresh network namespace with only loopback: for tests whose
+    /// manifests name BMCs nobody runs (API and CLI stories).
+    pub fn start_isolated() -> Server {
+        Server::start_in(None, Some(Netns::new("mhapi")))
+    }
+
+    fn start_in(yaml: Option<&str>, ns: Option<Netns>) -> Server {
         super::require_tool("curl");
         let dir = tempfile::tempdir().expect("tempdir");
         let data_dir = dir.path().join("data");
@@ -39,7 +55,7 @@ impl Server {
             std::fs::write(dir.path().join("config.yaml"), y).expect("config file");
         }
         let addr = format!("127.0.0.1:{}", free_port());
-        let guard = Server::spawn(dir.path(), &data_dir, &addr, 0);
+        let guard = Server::spawn(ns.as_ref(), dir.path(), &data_dir, &addr, 0);
         let url = format!("http://{addr}");
         let mut s = Server {
             guard,
@@ -49,6 +65,7 @@ impl Server {
             url,
             token: String::new(),
             starts: 1,
+            ns,
         };
         s.wait_up();
         s.token = std::fs::read_to_string(s.data_dir.join("api-token"))
@@ -58,8 +75,14 @@ impl Server {
         s
     }
 
-    fn spawn(dir: &std::path::Path, data_dir: &std::path::Path, addr: &str, n: u32) -> ChildGuard {
-        let mut cmd = Command::new(metalherd_bin());
+    fn spawn(
+        ns: Option<&Netns>,
+        dir: &std::path::Path,
+        data_dir: &std::path::Path,
+        addr: &str,
+        n: u32,
+    ) -> ChildGuard {
+        let mut cmd = in_ns(ns, metalherd_bin().to_str().expect("utf-8 path"));
         cmd.args(["serve", "--listen", addr, "--data-dir"])
             .arg(data_dir)
             .env("METALHERD_LOG", "info");
@@ -77,7 +100,8 @@ impl Server {
 
     fn wait_up(&self) {
         let up = wait_for(Duration::from_secs(30), || {
-            let out = Command::new("curl")
+            let out = self
+                .command("curl")
                 .args(["-s", "-o", "/dev/null", "-w", "%{http_code}"])
                 .arg(format!("{}/healthz", self.url))
                 .output()
@@ -95,12 +119,28 @@ impl Server {
     /// address and config (its log goes to `serve.N.log`).
     pub fn kill_and_restart(&mut self) {
         self.guard.kill9();
-        self.guard = Server::spawn(self.dir.path(), &self.data_dir, &self.addr, self.starts);
+        self.guard = Server::spawn(
+            self.ns.as_ref(),
+            self.dir.path(),
+            &self.data_dir,
+            &self.addr,
+            self.starts,
+        );
         self.starts += 1;
         self.wait_up();
     }
 
     /// The logs of every start, oldest first.
+    /// A command that runs where the server runs (its namespace, if any).
+    pub fn command(&self, program: &str) -> Command {
+        in_ns(self.ns.as_ref(), program)
+    }
+
+    /// `metalherd`, where the server runs.
+    pub fn metalherd(&self) -> Command {
+        self.command(metalherd_bin().to_str().expect("utf-8 path"))
+    }
+
     pub fn log(&self) -> String {
         let mut out =
             std::fs::read_to_string(self.dir.path().join("serve.log")).unwrap_or_default();
@@ -115,7 +155,7 @@ impl Server {
     /// Run `metalherd ARGS` against this server (found through its data
     /// directory, as a user's CLI would).
     pub fn cli(&self, args: &[&str]) -> Output {
-        Command::new(metalherd_bin())
+        self.metalherd()
             .arg("--data-dir")
             .arg(&self.data_dir)
             .args(args)
@@ -134,7 +174,7 @@ impl Server {
         body: Option<&Value>,
         content_type: &str,
     ) -> (u16, Value) {
-        let mut cmd = Command::new("curl");
+        let mut cmd = self.command("curl");
         cmd.args(["-s", "-X", method, "-w", "\n%{http_code}"]);
         if let Some(t) = token {
             cmd.args(["-H", &format!("Authorization: Bearer {t}")]);
@@ -154,6 +194,13 @@ impl Server {
     /// An authorized JSON request.
     pub fn req(&self, method: &str, path: &str, body: Option<&Value>) -> (u16, Value) {
         self.http(method, path, Some(&self.token), body, "application/json")
+    }
+}
+
+fn in_ns(ns: Option<&Netns>, program: &str) -> Command {
+    match ns {
+        Some(ns) => ns.command(program),
+        None => Command::new(program),
     }
 }
 
