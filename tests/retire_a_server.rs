@@ -28,6 +28,17 @@ fn retire_a_server() {
         "no finalizer guards the machine: {m}"
     );
 
+    // The server holds its DHCP lease while it runs.
+    let bound = wait_for(Duration::from_secs(30), || {
+        lab.metric("metalherd_dhcp_leases_bound")
+            .filter(|v| *v >= 1.0)
+    });
+    assert!(
+        bound.is_some(),
+        "no bound lease before retirement:\n{}",
+        lab.metrics()
+    );
+
     let out = lab.cli_ok(&["delete", "machine", "vm1"]);
     assert!(out.contains("vm1"), "{out}");
     let gone = wait_for(Duration::from_secs(300), || {
@@ -43,6 +54,20 @@ fn retire_a_server() {
         (!lab.vm_running(1)).then_some(())
     });
     assert!(off.is_some(), "the VM still runs after retirement");
+    // The address was released, not left to expire.
+    let released = wait_for(Duration::from_secs(30), || {
+        lab.metric("metalherd_dhcp_leases_bound")
+            .filter(|v| *v == 0.0)
+    });
+    assert!(
+        released.is_some(),
+        "lease still bound after retirement:\n{}",
+        lab.metrics()
+    );
+    assert!(
+        lab.metalherd_log()
+            .contains("lease released for a retired machine")
+    );
     // Events tell what happened.
     let ev = lab.cli_ok(&["get", "events", "-o", "json"]);
     assert!(ev.contains("Deprovision"), "{ev}");

@@ -269,6 +269,30 @@ impl Lab {
         }
     }
 
+    /// The server's `/metrics` text.
+    pub fn metrics(&self) -> String {
+        let token = std::fs::read_to_string(self.run.join("data/api-token")).unwrap_or_default();
+        let o = self.cmd_in_ns(
+            "curl",
+            &[
+                "-sf",
+                "-H",
+                &format!("Authorization: Bearer {}", token.trim()),
+                "http://127.0.0.1:7080/metrics",
+            ],
+        );
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    }
+
+    /// A metric's value (first sample whose line starts with `name`).
+    pub fn metric(&self, name: &str) -> Option<f64> {
+        self.metrics()
+            .lines()
+            .find(|l| l.starts_with(name))
+            .and_then(|l| l.rsplit(' ').next())
+            .and_then(|v| v.parse().ok())
+    }
+
     /// Number of power actions the Redfish emulator received (from its log).
     pub fn reset_calls(&self) -> usize {
         std::fs::read_to_string(self.run.join("sushy.log"))
