@@ -209,6 +209,12 @@ async fn restart_anywhere() {
         );
         assert!(code < 300, "class: {code} {body}");
         put_secret(&api, "bmc", &user, &pw);
+        // The class's bootstrap token (rendered into the Ignition config).
+        let join = json!({"apiVersion": "v1", "kind": "Secret",
+            "metadata": {"name": "join", "namespace": "default"},
+            "stringData": {"token": "abcdef.0123456789abcdef"}});
+        let (code, body) = api.req("POST", "/api/v1/namespaces/default/secrets", Some(&join));
+        assert!(code < 300, "join secret: {code} {body}");
 
         // 1. Registering: hold the inventory read, kill inside it.
         let inv = p.add(

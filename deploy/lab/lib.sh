@@ -4,6 +4,7 @@
 # metalherd. Nothing leaves the namespace.
 
 LAB_QEMU_CONF=/etc/libvirt/qemu.conf
+LAB_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 
 lab_log() { echo "lab: $*" >&2; }
 
@@ -52,7 +53,7 @@ CONF
     [ -S "$run/libvirt/libvirt-sock" ] && return 0
     sleep 0.1
   done
-  lab_log "libvirtd did not start; see $run/libvirtd.log"; return 1
+  lab_log "libvirtd did not start (is another libvirtd running?):"; tail -n 20 "$run/libvirtd.log" >&2; return 1
 }
 
 lab_virsh() { local run=$1; shift; virsh -c "qemu:///system?socket=$run/libvirt/libvirt-sock" "$@"; }
@@ -191,6 +192,10 @@ spec:
     version: ${LAB_IMAGE_VERSION:-4230.2.3}
     kernel: {url: "file://$kernel", sha256: "$ksum"}
     initrd: {url: "file://$initrd", sha256: "$isum"}
+    # The image an installer downloads and writes to disk; the lab's test
+    # OS only checks its Ignition and boots the lab disk, so any pinned file
+    # on the boot server serves.
+    install: {url: "http://10.89.0.1:8080/assets/undionly.kpxe", sha256: "$(sha256sum "$LAB_ROOT/boot-assets/undionly.kpxe" | cut -d' ' -f1)"}
   kubernetes: {version: ${LAB_KUBELET_VERSION:-v1.33.2}}
   containerRuntime: {name: containerd, version: "1.7.27"}
   join:

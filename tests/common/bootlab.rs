@@ -27,8 +27,14 @@ pub fn class(name: &str, kernel: Artifact, initrd: Artifact, kernel_args: &[&str
                 os: "flatcar".into(),
                 version: "4230.2.3".into(),
                 kernel,
+                // What an installer would download and write to disk; the
+                // test OS only checks its Ignition and never fetches it.
+                install: Some(Artifact {
+                    url: "http://127.0.0.1/assets/os.img".into(),
+                    sha256: initrd.sha256.clone(),
+                    sha512: None,
+                }),
                 initrd,
-                install: None,
                 rootfs: None,
             },
             kubernetes: KubernetesSpec {
