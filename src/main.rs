@@ -34,6 +34,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         }
         Command::Bmc(a) => metalherd::cli::bmc::run(g, a).await,
         Command::Render(a) => metalherd::cli::render::run(g, a).await,
+        Command::Reimage(a) => metalherd::cli::reimage::run(g, a).await,
     }
 }
 

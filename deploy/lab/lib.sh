@@ -57,15 +57,23 @@ CONF
 
 lab_virsh() { local run=$1; shift; virsh -c "qemu:///system?socket=$run/libvirt/libvirt-sock" "$@"; }
 
-# lab_define_vm RUN NAME MAC DISK BRIDGE
+# lab_define_vm RUN NAME MAC DISK BRIDGE [uefi|bios]
 lab_define_vm() {
-  local run=$1 name=$2 mac=$3 disk=$4 br=$5
+  local run=$1 name=$2 mac=$3 disk=$4 br=$5 fw=${6:-uefi}
+  local loader="" nic="<model type='e1000'/>"
+  if [ "$fw" = uefi ]; then
+    # OVMF's own virtio-net driver and PXE client (no iPXE option ROM), so
+    # the firmware fetches iPXE over TFTP as real UEFI servers do.
+    nic="<model type='virtio'/><rom enabled='no'/>"
+    cp /usr/share/OVMF/OVMF_VARS_4M.fd "$run/$name.vars.fd"
+    loader="<loader readonly='yes' type='pflash'>/usr/share/OVMF/OVMF_CODE_4M.fd</loader><nvram>$run/$name.vars.fd</nvram>"
+  fi
   cat > "$run/$name.xml" <<XML
 <domain type='qemu'>
   <name>$name</name>
   <memory unit='MiB'>512</memory>
   <vcpu>1</vcpu>
-  <os><type arch='x86_64' machine='pc'>hvm</type><boot dev='hd'/></os>
+  <os><type arch='x86_64' machine='pc'>hvm</type>$loader<boot dev='hd'/></os>
   <features><acpi/></features>
   <on_reboot>restart</on_reboot>
   <devices>
@@ -78,10 +86,10 @@ lab_define_vm() {
     <interface type='bridge'>
       <mac address='$mac'/>
       <source bridge='$br'/>
-      <model type='e1000'/>
+      $nic
     </interface>
-    <serial type='file'><source path='$run/$name.console'/><target port='0'/></serial>
-    <console type='file'><source path='$run/$name.console'/><target type='serial' port='0'/></console>
+    <serial type='file'><source path='$run/$name.console' append='on'/><target port='0'/></serial>
+    <console type='file'><source path='$run/$name.console' append='on'/><target type='serial' port='0'/></console>
   </devices>
 </domain>
 XML
@@ -114,7 +122,7 @@ lab_down() {
   if [ -S "$run/libvirt/libvirt-sock" ]; then
     for d in $(lab_virsh "$run" list --all --name 2>/dev/null); do
       lab_virsh "$run" destroy "$d" >/dev/null 2>&1 || true
-      lab_virsh "$run" undefine "$d" >/dev/null 2>&1 || true
+      lab_virsh "$run" undefine --nvram "$d" >/dev/null 2>&1 || lab_virsh "$run" undefine "$d" >/dev/null 2>&1 || true
     done
   fi
   for p in sushy metalherd libvirtd; do
@@ -128,4 +136,87 @@ lab_down() {
   if [ -f "$run/qemu.conf.orig" ]; then
     cp "$run/qemu.conf.orig" "$LAB_QEMU_CONF"
   fi
+}
+
+# lab_config RUN BRIDGE: metalherd's config for the lab's boot network
+# (10.89.0.0/24 exists only inside the lab namespace).
+lab_config() {
+  local run=$1 br=$2 root=$3
+  cat > "$run/config.yaml" <<CONF
+dhcp:
+  interface: $br
+  serverAddress: 10.89.0.1
+  httpBootUrl: http://10.89.0.1:8080
+  subnets:
+  - subnet: 10.89.0.0/24
+    ranges: [{start: 10.89.0.100, end: 10.89.0.150}]
+    router: 10.89.0.1
+    dns: [10.89.0.1]
+tftp:
+  listen: 10.89.0.1:69
+  root: $root/boot-assets
+boot:
+  listen: 10.89.0.1:8080
+  assetsDir: $root/boot-assets
+  kernelArgs: [console=ttyS0]
+  routerAdvertisement: {interface: $br}
+controller:
+  installDeadlineSeconds: ${LAB_INSTALL_DEADLINE:-600}
+  joinDeadlineSeconds: ${LAB_JOIN_DEADLINE:-600}
+  resyncSeconds: 5
+  bootStormLimit: ${LAB_BOOT_STORM_LIMIT:-4}
+CONF
+}
+
+# lab_manifests RUN KERNEL INITRD UUID...: a bootstrap-token Secret, the
+# lab's MachineClass (Debian's kernel + the lab initramfs as the "OS"), and
+# one Machine with its BMC Secret per VM, addressed by its Redfish system.
+lab_manifests() {
+  local run=$1 kernel=$2 initrd=$3; shift 3
+  local ksum isum i=0
+  ksum=$(sha256sum "$kernel" | cut -d' ' -f1)
+  isum=$(sha256sum "$initrd" | cut -d' ' -f1)
+  cat > "$run/class.yaml" <<YAML
+apiVersion: v1
+kind: Secret
+metadata: {name: lab-join-token, namespace: default}
+stringData: {token: "abcdef.0123456789abcdef"}
+---
+apiVersion: metalherd.dev/v1alpha1
+kind: MachineClass
+metadata: {name: lab, namespace: default}
+spec:
+  image:
+    os: flatcar
+    version: ${LAB_IMAGE_VERSION:-4230.2.3}
+    kernel: {url: "file://$kernel", sha256: "$ksum"}
+    initrd: {url: "file://$initrd", sha256: "$isum"}
+  kubernetes: {version: ${LAB_KUBELET_VERSION:-v1.33.2}}
+  containerRuntime: {name: containerd, version: "1.7.27"}
+  join:
+    apiServerEndpoint: "10.89.0.1:6443"
+    caCertHashes: ["sha256:$(printf 'ab%.0s' $(seq 1 32))"]
+    tokenSecretRef: {name: lab-join-token}
+YAML
+  : > "$run/machines.yaml"
+  for uuid in "$@"; do
+    i=$((i + 1))
+    cat >> "$run/machines.yaml" <<YAML
+---
+apiVersion: v1
+kind: Secret
+metadata: {name: vm$i-bmc, namespace: default}
+stringData: {username: admin, password: password}
+---
+apiVersion: metalherd.dev/v1alpha1
+kind: Machine
+metadata: {name: vm$i, namespace: default, labels: {rack: lab}}
+spec:
+  bmc:
+    address: redfish+http://127.0.0.1:8000/redfish/v1/Systems/$uuid
+    credentialsSecretRef: {name: vm$i-bmc}
+  network: {address: 10.89.0.$((10 + i))/24, gateway: 10.89.0.1, hostname: vm$i}
+  classRef: {name: lab}
+YAML
+  done
 }

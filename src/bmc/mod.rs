@@ -3,10 +3,20 @@
 //! Credentials never appear in errors, logs or Debug output.
 //! Never imports `controller`.
 
+pub mod ipmi;
+
 use std::fmt;
 use std::time::Duration;
 
 use async_trait::async_trait;
+
+pub mod connector;
+pub mod fake;
+pub mod metrics;
+pub mod redfish;
+
+pub use connector::{BmcConnector, StoreConnector};
+pub use fake::{FakeBmc, FakeConnector};
 
 pub use crate::api::{Inventory, PowerState};
 
@@ -135,6 +145,15 @@ pub enum BmcError {
     Unsupported { address: String, what: String },
     #[error("BMC configuration: {0}")]
     Config(String),
+    #[error("BMC {address} task ended {state}: {detail}")]
+    TaskFailed {
+        address: String,
+        state: String,
+        detail: String,
+    },
+    /// A test double got a call it was not told to expect.
+    #[error("unexpected BMC call: expected {expected}, got {got}")]
+    UnexpectedCall { expected: String, got: String },
 }
 
 impl BmcError {
@@ -152,6 +171,8 @@ impl BmcError {
             BmcError::Protocol { .. } => "BmcProtocolError",
             BmcError::Unsupported { .. } => "Unsupported",
             BmcError::Config(_) => "BmcConfigError",
+            BmcError::TaskFailed { .. } => "BmcTaskFailed",
+            BmcError::UnexpectedCall { .. } => "UnexpectedBmcCall",
         }
     }
 

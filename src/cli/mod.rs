@@ -5,9 +5,13 @@ use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
 
+pub mod apply;
 pub mod bmc;
+pub mod client;
 pub mod objects;
+pub mod reimage;
 pub mod render;
+pub mod show;
 
 /// Bare-metal provisioning: declare Machines; metalherd powers, boots,
 /// installs and joins them, and reimages them in place.
@@ -59,4 +63,6 @@ pub enum Command {
     Bmc(bmc::BmcArgs),
     /// Render generated artifacts (Ignition configs).
     Render(render::RenderArgs),
+    /// Reinstall a Machine in place (same name and address).
+    Reimage(reimage::ReimageArgs),
 }

@@ -16,6 +16,8 @@ pub struct ConfigFile {
     pub tftp: Option<crate::tftp::config::TftpConfig>,
     #[serde(default)]
     pub boot: Option<crate::http::boot_config::BootConfig>,
+    #[serde(default)]
+    pub controller: Option<crate::controller::config::ControllerConfig>,
 }
 
 #[derive(Debug, thiserror::Error)]

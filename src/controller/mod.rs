@@ -1,2 +1,12 @@
-//! Controllers: the runner (queue, backoff, requeue) and the Machine and
-//! MachineSet reconcilers. They reach objects only through `store::Store`.
+//! Controllers: the runner (queue, backoff, requeue, concurrency), the
+//! boot-storm limit, and the Machine lifecycle. They reach objects only
+//! through `store::Store` and the target cluster only through
+//! `cluster::TargetCluster`.
+
+pub mod config;
+pub mod feed;
+pub mod machine;
+pub mod queue;
+pub mod runner;
+pub mod start;
+pub mod storm;

@@ -1,8 +1,416 @@
-//! DHCP configuration (section `dhcp:` of the config file).
+//! DHCP configuration: the `dhcp:` section of the config file as serde wire
+//! types ([`DhcpConfig`]), turned into validated [`DhcpSettings`] with
+//! `TryFrom` so the server starts with clear errors or not at all.
+//! No I/O here: the interface address is resolved by the driver.
 
+use std::collections::BTreeMap;
+use std::net::Ipv4Addr;
+
+use ipnet::Ipv4Net;
 use serde::Deserialize;
 
-/// Wire form of the `dhcp:` section; empty means DHCP is off.
+/// Wire form of the `dhcp:` section.
+///
+/// ```yaml
+/// dhcp:
+///   interface: eth1
+///   mode: authoritative          # or proxy
+///   nextServer: 10.0.0.1         # siaddr / TFTP server (default: our address)
+///   httpBootUrl: http://10.0.0.1:8080
+///   ipxeScriptUrl: "http://10.0.0.1:8080/boot.ipxe?mac={mac}&arch={arch}"
+///   bootFiles: {0: undionly.kpxe, 7: ipxe.efi, 9: ipxe.efi, 11: snp.efi}
+///   discovery: {enabled: true, leaseTime: 600}
+///   subnets:
+///     - subnet: 10.0.0.0/24
+///       ranges: [{start: 10.0.0.100, end: 10.0.0.199}]
+///       router: 10.0.0.1
+///       dns: [10.0.0.1]
+///       domain: lab.example
+///       leaseTime: 3600
+/// ```
 #[derive(Clone, Debug, Default, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct DhcpConfig {}
+pub struct DhcpConfig {
+    /// Interface to serve on (SO_BINDTODEVICE).
+    #[serde(default)]
+    pub interface: String,
+    #[serde(default)]
+    pub mode: DhcpMode,
+    /// Our address (server identifier); default: the interface's first IPv4.
+    #[serde(default)]
+    pub server_address: Option<Ipv4Addr>,
+    /// siaddr and option 66 for TFTP; default: our address.
+    #[serde(default)]
+    pub next_server: Option<Ipv4Addr>,
+    /// Base URL of the boot HTTP server (UEFI HTTP boot files, iPXE script).
+    #[serde(default)]
+    pub http_boot_url: Option<String>,
+    /// URL handed to iPXE; `{mac}` (aa:bb:..) and `{arch}` are replaced.
+    /// Default: `{httpBootUrl}/boot.ipxe?mac={mac}&arch={arch}`.
+    #[serde(default)]
+    pub ipxe_script_url: Option<String>,
+    /// Boot file by option-93 architecture code; merged over the defaults.
+    #[serde(default)]
+    pub boot_files: BTreeMap<u16, String>,
+    #[serde(default)]
+    pub discovery: DiscoveryConfig,
+    #[serde(default)]
+    pub subnets: Vec<SubnetConfig>,
+    /// Seconds an OFFER reserves its address (default 60).
+    #[serde(default)]
+    pub offer_hold_seconds: Option<u32>,
+    /// In proxy mode, also answer on port 4011 (default true).
+    #[serde(default)]
+    pub proxy_port_4011: Option<bool>,
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DhcpMode {
+    /// The DHCP server of the provisioning network: addresses and boot info.
+    #[default]
+    Authoritative,
+    /// Next to an existing DHCP server: boot information only, never an address.
+    Proxy,
+}
+
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct DiscoveryConfig {
+    #[serde(default)]
+    pub enabled: bool,
+    /// Lease time for unknown clients (default 600 s).
+    #[serde(default)]
+    pub lease_time: Option<u32>,
+    /// Record unknown clients as DiscoveredMachine objects (default true).
+    #[serde(default)]
+    pub record: Option<bool>,
+}
+
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct SubnetConfig {
+    pub subnet: String,
+    #[serde(default)]
+    pub ranges: Vec<RangeConfig>,
+    #[serde(default)]
+    pub router: Option<Ipv4Addr>,
+    #[serde(default)]
+    pub dns: Vec<Ipv4Addr>,
+    #[serde(default)]
+    pub domain: Option<String>,
+    #[serde(default)]
+    pub lease_time: Option<u32>,
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct RangeConfig {
+    pub start: Ipv4Addr,
+    pub end: Ipv4Addr,
+}
+
+/// Option-93 architecture codes (RFC 4578, IANA registry).
+pub mod arch {
+    pub const X86_BIOS: u16 = 0;
+    pub const EFI_IA32: u16 = 6;
+    pub const EFI_BC: u16 = 7;
+    pub const EFI_X86_64: u16 = 9;
+    pub const EFI_ARM64: u16 = 11;
+    pub const HTTP_X86: u16 = 15;
+    pub const HTTP_X86_64: u16 = 16;
+    pub const HTTP_ARM64: u16 = 19;
+}
+
+/// The boot-file table used when the config names none for an architecture.
+pub fn default_boot_files() -> BTreeMap<u16, String> {
+    use arch::*;
+    [
+        (X86_BIOS, "undionly.kpxe"),
+        (EFI_IA32, "ipxe.efi"),
+        (EFI_BC, "ipxe.efi"),
+        (EFI_X86_64, "ipxe.efi"),
+        (EFI_ARM64, "snp.efi"),
+        (HTTP_X86, "ipxe.efi"),
+        (HTTP_X86_64, "ipxe.efi"),
+        (HTTP_ARM64, "snp.efi"),
+    ]
+    .into_iter()
+    .map(|(a, f)| (a, f.to_string()))
+    .collect()
+}
+
+/// A validated subnet.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Subnet {
+    pub net: Ipv4Net,
+    /// Inclusive ranges, as u32, inside `net`, non-overlapping.
+    pub ranges: Vec<(u32, u32)>,
+    pub router: Option<Ipv4Addr>,
+    pub dns: Vec<Ipv4Addr>,
+    pub domain: Option<String>,
+    pub lease_time: u32,
+}
+
+impl Subnet {
+    pub fn pool_size(&self) -> u64 {
+        self.ranges.iter().map(|(s, e)| u64::from(e - s) + 1).sum()
+    }
+    pub fn in_pool(&self, ip: Ipv4Addr) -> bool {
+        let n = u32::from(ip);
+        self.ranges.iter().any(|(s, e)| (*s..=*e).contains(&n))
+    }
+}
+
+/// Validated DHCP settings the server runs with.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DhcpSettings {
+    pub interface: String,
+    pub mode: DhcpMode,
+    pub server_address: Option<Ipv4Addr>,
+    pub next_server: Option<Ipv4Addr>,
+    pub http_boot_url: Option<String>,
+    pub ipxe_script_url: Option<String>,
+    pub boot_files: BTreeMap<u16, String>,
+    pub discovery: bool,
+    pub discovery_lease_time: u32,
+    pub record_discovered: bool,
+    pub subnets: Vec<Subnet>,
+    pub offer_hold: u32,
+    pub proxy_port_4011: bool,
+}
+
+/// What is wrong with a `dhcp:` section; the message names the field.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[error("dhcp.{field}: {message}")]
+pub struct ConfigError {
+    pub field: String,
+    pub message: String,
+}
+
+fn err(field: impl Into<String>, message: impl Into<String>) -> ConfigError {
+    ConfigError {
+        field: field.into(),
+        message: message.into(),
+    }
+}
+
+/// Largest pool accepted per subnet: allocation scans the pool, so keep it bounded.
+pub const MAX_POOL: u64 = 1 << 20;
+const MAX_LEASE_TIME: u32 = 365 * 24 * 3600;
+
+fn check_url(field: &str, s: &str) -> Result<(), ConfigError> {
+    let u = url::Url::parse(s).map_err(|e| err(field, format!("not a URL: {e}")))?;
+    if !matches!(u.scheme(), "http" | "https") {
+        return Err(err(field, "must be an http:// or https:// URL"));
+    }
+    // The URL ends up in a DHCP option and in iPXE: no whitespace or controls.
+    if s.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        return Err(err(field, "must not contain whitespace"));
+    }
+    Ok(())
+}
+
+fn check_lease_time(field: &str, t: Option<u32>, default: u32) -> Result<u32, ConfigError> {
+    let t = t.unwrap_or(default);
+    if !(10..=MAX_LEASE_TIME).contains(&t) {
+        return Err(err(field, format!("must be 10..={MAX_LEASE_TIME} seconds")));
+    }
+    Ok(t)
+}
+
+fn subnet_from(i: usize, s: &SubnetConfig) -> Result<Subnet, ConfigError> {
+    let f = |name: &str| format!("subnets[{i}].{name}");
+    let net: Ipv4Net = s
+        .subnet
+        .parse()
+        .map_err(|_| err(f("subnet"), format!("{:?} is not an IPv4 CIDR", s.subnet)))?;
+    let net = net.trunc();
+    if net.prefix_len() > 30 {
+        return Err(err(f("subnet"), "prefix must be /30 or shorter"));
+    }
+    let mut ranges = Vec::new();
+    for (j, r) in s.ranges.iter().enumerate() {
+        let (a, b) = (u32::from(r.start), u32::from(r.end));
+        let rf = format!("subnets[{i}].ranges[{j}]");
+        if a > b {
+            return Err(err(rf, "start is after end"));
+        }
+        if !net.contains(&r.start) || !net.contains(&r.end) {
+            return Err(err(rf, format!("not inside {net}")));
+        }
+        if r.start == net.network()
+            || r.end == net.broadcast()
+            || r.start == net.broadcast()
+            || r.end == net.network()
+        {
+            return Err(err(rf, "must not include the network or broadcast address"));
+        }
+        if ranges.iter().any(|&(x, y)| a <= y && x <= b) {
+            return Err(err(rf, "overlaps another range"));
+        }
+        ranges.push((a, b));
+    }
+    let sub = Subnet {
+        net,
+        ranges,
+        router: s.router,
+        dns: s.dns.clone(),
+        domain: s.domain.clone(),
+        lease_time: check_lease_time(&f("leaseTime"), s.lease_time, 3600)?,
+    };
+    if sub.pool_size() > MAX_POOL {
+        return Err(err(f("ranges"), format!("pool larger than {MAX_POOL}")));
+    }
+    if let Some(r) = s.router
+        && !net.contains(&r)
+    {
+        return Err(err(f("router"), format!("{r} is not inside {net}")));
+    }
+    if let Some(d) = &s.domain
+        && (d.is_empty()
+            || d.len() > 253
+            || !d
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '.'))
+    {
+        return Err(err(f("domain"), "not a DNS domain name"));
+    }
+    Ok(sub)
+}
+
+impl TryFrom<DhcpConfig> for DhcpSettings {
+    type Error = ConfigError;
+
+    fn try_from(c: DhcpConfig) -> Result<Self, ConfigError> {
+        if c.interface.is_empty() || c.interface.len() > 15 || c.interface.contains('/') {
+            return Err(err(
+                "interface",
+                "required: the name of the boot network interface (at most 15 bytes)",
+            ));
+        }
+        if let Some(u) = &c.http_boot_url {
+            check_url("httpBootUrl", u)?;
+        }
+        if let Some(u) = &c.ipxe_script_url {
+            check_url(
+                "ipxeScriptUrl",
+                &u.replace("{mac}", "m").replace("{arch}", "0"),
+            )?;
+        }
+        let mut boot_files = default_boot_files();
+        for (a, f) in c.boot_files {
+            if f.is_empty()
+                || f.len() > 127
+                || f.chars().any(|c| c.is_whitespace() || c.is_control())
+            {
+                return Err(err(
+                    format!("bootFiles.{a}"),
+                    "must be 1..127 bytes without whitespace",
+                ));
+            }
+            boot_files.insert(a, f);
+        }
+        let subnets = c
+            .subnets
+            .iter()
+            .enumerate()
+            .map(|(i, s)| subnet_from(i, s))
+            .collect::<Result<Vec<_>, _>>()?;
+        for (i, a) in subnets.iter().enumerate() {
+            if subnets[..i]
+                .iter()
+                .any(|b| a.net.contains(&b.net) || b.net.contains(&a.net))
+            {
+                return Err(err(
+                    format!("subnets[{i}].subnet"),
+                    "overlaps another subnet",
+                ));
+            }
+        }
+        if c.mode == DhcpMode::Authoritative && subnets.is_empty() {
+            return Err(err(
+                "subnets",
+                "authoritative mode needs at least one subnet",
+            ));
+        }
+        if c.discovery.enabled
+            && c.mode == DhcpMode::Authoritative
+            && subnets.iter().all(|s| s.ranges.is_empty())
+        {
+            return Err(err(
+                "discovery.enabled",
+                "discovery needs a subnet with ranges to lease from",
+            ));
+        }
+        let offer_hold = c.offer_hold_seconds.unwrap_or(60);
+        if !(1..=3600).contains(&offer_hold) {
+            return Err(err("offerHoldSeconds", "must be 1..=3600"));
+        }
+        Ok(DhcpSettings {
+            interface: c.interface,
+            mode: c.mode,
+            server_address: c.server_address,
+            next_server: c.next_server,
+            http_boot_url: c.http_boot_url.map(|u| u.trim_end_matches('/').to_string()),
+            ipxe_script_url: c.ipxe_script_url,
+            boot_files,
+            discovery: c.discovery.enabled,
+            discovery_lease_time: check_lease_time(
+                "discovery.leaseTime",
+                c.discovery.lease_time,
+                600,
+            )?,
+            record_discovered: c.discovery.record.unwrap_or(true),
+            subnets,
+            offer_hold,
+            proxy_port_4011: c.proxy_port_4011.unwrap_or(true),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(y: &str) -> Result<DhcpSettings, ConfigError> {
+        let c: DhcpConfig = serde_yaml::from_str(y).unwrap();
+        DhcpSettings::try_from(c)
+    }
+
+    #[test]
+    fn full_config_validates() {
+        let s = parse(
+            "interface: eth1\nhttpBootUrl: http://10.0.0.1:8080/\nbootFiles: {11: arm.efi}\n\
+             discovery: {enabled: true}\nsubnets:\n- subnet: 10.0.0.0/24\n  ranges: [{start: 10.0.0.100, end: 10.0.0.199}]\n  router: 10.0.0.1\n  dns: [10.0.0.1]\n  domain: lab.example\n",
+        )
+        .unwrap();
+        assert_eq!(s.http_boot_url.as_deref(), Some("http://10.0.0.1:8080"));
+        assert_eq!(s.boot_files[&11], "arm.efi");
+        assert_eq!(s.boot_files[&0], "undionly.kpxe");
+        assert_eq!(s.subnets[0].pool_size(), 100);
+        assert!(s.discovery);
+    }
+
+    #[test]
+    fn example_config_validates() {
+        let f: crate::config::ConfigFile =
+            serde_yaml::from_str(include_str!("../../deploy/examples/config-dhcp.yaml")).unwrap();
+        let s = DhcpSettings::try_from(f.dhcp.unwrap()).unwrap();
+        assert_eq!(s.subnets.len(), 2);
+        assert_eq!(s.boot_files[&16], "ipxe.efi");
+    }
+
+    #[test]
+    fn errors_name_the_field() {
+        let e = parse("interface: ''\n").unwrap_err();
+        assert_eq!(e.field, "interface");
+        let e = parse("interface: eth1\nsubnets: [{subnet: 10.0.0.0/24, ranges: [{start: 10.0.1.1, end: 10.0.1.5}]}]\n").unwrap_err();
+        assert_eq!(e.field, "subnets[0].ranges[0]");
+        let e = parse("interface: eth1\n").unwrap_err();
+        assert_eq!(e.field, "subnets");
+        let e = parse("interface: eth1\nmode: proxy\nhttpBootUrl: 'ftp://x'\n").unwrap_err();
+        assert_eq!(e.field, "httpBootUrl");
+        assert!(parse("interface: eth1\nmode: proxy\n").is_ok());
+    }
+}

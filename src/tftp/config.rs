@@ -1,7 +1,110 @@
-//! TFTP configuration (section `tftp:` of the config file).
+//! TFTP configuration (section `tftp:` of the config file): the wire type
+//! read from YAML, and [`TftpConfig::validate`] turning it into the limits
+//! the server runs with.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
 
 use serde::Deserialize;
 
-#[derive(Clone, Debug, Default, Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct TftpConfig {}
+use super::session::{Limits, MAX_BLKSIZE, MIN_BLKSIZE};
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
+pub struct TftpConfig {
+    /// Address of the listening socket (port 69 by RFC 1350).
+    pub listen: SocketAddr,
+    /// Directory files are served from (read-only).
+    pub root: PathBuf,
+    /// Transfers in flight at once; requests beyond are dropped (the
+    /// client retries its request).
+    pub max_transfers: usize,
+    /// First retransmission timeout when the client does not negotiate one.
+    pub timeout_ms: u64,
+    /// Ceiling of the timeout after exponential backoff.
+    pub max_timeout_ms: u64,
+    /// Retransmissions without progress before a client counts as gone.
+    pub max_retries: u32,
+    /// Largest `blksize` granted (RFC 2348 allows up to 65464).
+    pub max_blksize: u16,
+    /// Largest `windowsize` granted (RFC 7440).
+    pub max_windowsize: u16,
+    /// How long transfers in flight may finish after shutdown begins.
+    pub drain_ms: u64,
+}
+
+impl Default for TftpConfig {
+    fn default() -> Self {
+        TftpConfig {
+            listen: SocketAddr::from(([0, 0, 0, 0], 69)),
+            root: PathBuf::from("boot-assets"),
+            max_transfers: 4096,
+            timeout_ms: 1000,
+            max_timeout_ms: 8000,
+            max_retries: 5,
+            max_blksize: MAX_BLKSIZE,
+            max_windowsize: 64,
+            drain_ms: 5000,
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+#[error("tftp config: {field}: {message}")]
+pub struct ConfigError {
+    pub field: &'static str,
+    pub message: String,
+}
+
+impl TftpConfig {
+    /// Check the values and build the per-session limits.
+    pub fn validate(&self) -> Result<Limits, ConfigError> {
+        let err = |field, message: &str| ConfigError {
+            field,
+            message: message.to_string(),
+        };
+        if self.max_transfers == 0 {
+            return Err(err("maxTransfers", "must be at least 1"));
+        }
+        if self.timeout_ms == 0 || self.max_timeout_ms < self.timeout_ms {
+            return Err(err(
+                "timeoutMs",
+                "must be at least 1 and at most maxTimeoutMs",
+            ));
+        }
+        if !(MIN_BLKSIZE..=MAX_BLKSIZE).contains(&self.max_blksize) {
+            return Err(err("maxBlksize", "must be between 8 and 65464"));
+        }
+        if self.max_windowsize == 0 {
+            return Err(err("maxWindowsize", "must be at least 1"));
+        }
+        Ok(Limits {
+            timeout: Duration::from_millis(self.timeout_ms),
+            max_timeout: Duration::from_millis(self.max_timeout_ms),
+            max_retries: self.max_retries,
+            max_blksize: self.max_blksize,
+            max_windowsize: self.max_windowsize,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_are_valid_and_yaml_overrides_them() {
+        assert!(TftpConfig::default().validate().is_ok());
+        let c: TftpConfig =
+            serde_yaml::from_str("listen: 127.0.0.1:6969\nmaxBlksize: 1468\n").unwrap();
+        assert_eq!(c.listen.port(), 6969);
+        assert_eq!(c.validate().unwrap().max_blksize, 1468);
+        assert!(serde_yaml::from_str::<TftpConfig>("bogus: 1\n").is_err());
+        let bad = TftpConfig {
+            max_blksize: 4,
+            ..TftpConfig::default()
+        };
+        assert!(bad.validate().is_err());
+    }
+}

@@ -1,4 +1,22 @@
 //! TFTP: packet codec, a sans-IO transfer state machine and a thin tokio
 //! driver serving files from a read-only file source. Never imports `controller`.
+//!
+//! - [`packet`]: wire format (no I/O);
+//! - [`session`]: one transfer as a state machine (no I/O, no clock);
+//! - [`source`]: files by name, path traversal refused;
+//! - [`server`]: sockets, tasks, timers, shutdown;
+//! - [`metrics`], [`events`]: what the rest of metalherd sees of transfers.
 
 pub mod config;
+pub mod events;
+pub mod metrics;
+pub mod packet;
+pub mod server;
+pub mod session;
+pub mod source;
+
+pub use config::TftpConfig;
+pub use events::{BootTimeline, NoEvents, TftpEvents, TransferReport};
+pub use metrics::TftpMetrics;
+pub use server::{TftpError, TftpServer, bind, run};
+pub use source::{DirSource, FileHandle, FileSource, MemorySource, Overlay, SourceError};

@@ -3,9 +3,24 @@
 //! tests need. A missing tool is a loud failure, never a skip.
 #![allow(dead_code)]
 
+pub mod bmc_proxy;
+pub mod bootlab;
+pub mod dhcp_clients;
+pub mod dhcp_serve;
 pub mod ignition;
+pub mod initramfs;
+pub mod ipmi_emulators;
+pub mod lab;
+pub mod lan;
+pub mod manifests;
 pub mod netns;
 pub mod proc;
+pub mod qemu;
+pub mod rack;
+pub mod redfish_server;
+pub mod server;
+pub mod sushy;
+pub mod tftp;
 
 use std::path::PathBuf;
 

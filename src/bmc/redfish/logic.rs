@@ -1,0 +1,304 @@
+//! Pure Redfish decisions: which ResetType to send, what Boot PATCH to make
+//! and whether its read-back matches, how to read a PowerState, when to
+//! retry, and how a system's documents become an [`Inventory`]. No I/O.
+
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+use super::model::{Boot, ComputerSystem, Drive, EthernetInterface, SimpleStorage};
+use super::quirks::Quirks;
+use crate::api::{CpuInfo, DiskInfo, Inventory, NicInfo};
+use crate::bmc::{BootDevice, FirmwareMode, PowerAction, PowerState};
+
+/// Read a Redfish `PowerState`. Transitional states count as not yet there
+/// (`Unknown`); a value outside the schema is an error the caller reports.
+pub fn parse_power_state(v: Option<&str>) -> Result<PowerState, String> {
+    match v {
+        Some("On") => Ok(PowerState::On),
+        Some("Off") => Ok(PowerState::Off),
+        Some("PoweringOn") | Some("PoweringOff") | Some("Paused") => Ok(PowerState::Unknown),
+        Some(other) => Err(format!("unknown PowerState {other:?}")),
+        None => Err("system has no PowerState".to_string()),
+    }
+}
+
+/// What a power action does given where the server is.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum PowerPlan {
+    /// Already in the target state; nothing to send.
+    Nothing,
+    /// POST this ResetType, then poll for the action's target state.
+    Reset(String),
+}
+
+/// Choose the ResetType for `action` from what the BMC allows (empty when it
+/// does not say: then the first preference is sent).
+pub fn plan_power(
+    action: PowerAction,
+    current: PowerState,
+    allowed: &[String],
+    quirks: &Quirks,
+) -> Result<PowerPlan, String> {
+    const ON: &[&str] = &["On", "ForceOn", "PushPowerButton"];
+    const FORCE_OFF: &[&str] = &["ForceOff"];
+    const RESET: &[&str] = &["ForceRestart", "GracefulRestart", "PowerCycle"];
+    let prefs: &[&str] = match (action, current) {
+        (PowerAction::On, PowerState::On) => return Ok(PowerPlan::Nothing),
+        (PowerAction::GracefulOff | PowerAction::ForceOff, PowerState::Off) => {
+            return Ok(PowerPlan::Nothing);
+        }
+        (PowerAction::On, _) => ON,
+        // Cycling or resetting a server that is off is powering it on.
+        (PowerAction::Cycle | PowerAction::Reset, PowerState::Off) => ON,
+        (PowerAction::Cycle, _) => quirks.cycle_reset_types,
+        (PowerAction::Reset, _) => RESET,
+        (PowerAction::GracefulOff, _) => quirks.graceful_off_reset_types,
+        (PowerAction::ForceOff, _) => FORCE_OFF,
+    };
+    if allowed.is_empty() {
+        return prefs
+            .first()
+            .map(|s| PowerPlan::Reset((*s).to_string()))
+            .ok_or_else(|| format!("no ResetType for {action:?}"));
+    }
+    prefs
+        .iter()
+        .find(|p| allowed.iter().any(|a| a == *p))
+        .map(|s| PowerPlan::Reset((*s).to_string()))
+        .ok_or_else(|| {
+            format!(
+                "power {action:?}: none of {prefs:?} is among the allowed ResetTypes {allowed:?}"
+            )
+        })
+}
+
+/// The Redfish `BootSourceOverrideTarget` for a device.
+pub fn boot_target(device: BootDevice) -> &'static str {
+    match device {
+        BootDevice::Network => "Pxe",
+        BootDevice::Disk => "Hdd",
+    }
+}
+
+pub fn boot_mode(mode: FirmwareMode) -> &'static str {
+    match mode {
+        FirmwareMode::Uefi => "UEFI",
+        FirmwareMode::Legacy => "Legacy",
+    }
+}
+
+/// The PATCH body of a one-time boot override. The mode is sent only when
+/// the BMC shows the property and its quirks allow it in this PATCH.
+pub fn boot_patch(
+    device: BootDevice,
+    mode: FirmwareMode,
+    current: &Boot,
+    quirks: &Quirks,
+) -> Value {
+    let mut boot = json!({
+        "BootSourceOverrideTarget": boot_target(device),
+        "BootSourceOverrideEnabled": "Once",
+    });
+    if send_mode(current, quirks)
+        && let Some(m) = boot.as_object_mut()
+    {
+        m.insert("BootSourceOverrideMode".into(), boot_mode(mode).into());
+    }
+    json!({ "Boot": boot })
+}
+
+fn send_mode(current: &Boot, quirks: &Quirks) -> bool {
+    quirks.boot_mode_in_patch && current.boot_source_override_mode.is_some()
+}
+
+/// Compare a read-back override with what was asked. `Continuous` is
+/// accepted for `Once` (sushy-tools and some BMCs keep it): the server still
+/// boots the device next. A wrong target, `Disabled`, or a mode other than
+/// the one sent is a mismatch: `Err((wanted, got))` for `BootOverrideIgnored`.
+pub fn check_boot_readback(
+    device: BootDevice,
+    mode: FirmwareMode,
+    sent_mode: bool,
+    got: &Boot,
+) -> Result<(), (String, String)> {
+    let want_target = boot_target(device);
+    let want_mode = boot_mode(mode);
+    let target_ok = got.boot_source_override_target.as_deref() == Some(want_target);
+    let enabled_ok = matches!(
+        got.boot_source_override_enabled.as_deref(),
+        Some("Once") | Some("Continuous")
+    );
+    let mode_ok = !sent_mode || got.boot_source_override_mode.as_deref() == Some(want_mode);
+    if target_ok && enabled_ok && mode_ok {
+        return Ok(());
+    }
+    let wanted = if sent_mode {
+        format!("{want_target}/Once/{want_mode}")
+    } else {
+        format!("{want_target}/Once")
+    };
+    let got = format!(
+        "{}/{}/{}",
+        got.boot_source_override_target.as_deref().unwrap_or("-"),
+        got.boot_source_override_enabled.as_deref().unwrap_or("-"),
+        got.boot_source_override_mode.as_deref().unwrap_or("-"),
+    );
+    Err((wanted, got))
+}
+
+/// Whether a PATCH of the Boot override should carry the mode.
+pub fn boot_sends_mode(current: &Boot, quirks: &Quirks) -> bool {
+    send_mode(current, quirks)
+}
+
+/// Retry and backoff for answers that may succeed later.
+#[derive(Clone, Copy, Debug)]
+pub struct RetryPolicy {
+    /// Attempts in all (the first one included).
+    pub max_attempts: u32,
+    pub base_backoff: Duration,
+    pub max_backoff: Duration,
+    /// A Retry-After longer than this is cut down to it.
+    pub max_retry_after: Duration,
+}
+
+impl Default for RetryPolicy {
+    fn default() -> Self {
+        RetryPolicy {
+            max_attempts: 5,
+            base_backoff: Duration::from_millis(500),
+            max_backoff: Duration::from_secs(8),
+            max_retry_after: Duration::from_secs(30),
+        }
+    }
+}
+
+/// After attempt `attempt` (1-based) got HTTP `status`: how long to wait
+/// before the next one, or `None` to give up. Only 5xx answers are retried;
+/// a 503's `Retry-After` (seconds) is honoured, capped.
+pub fn retry_after(
+    status: u16,
+    retry_after_header: Option<&str>,
+    attempt: u32,
+    policy: &RetryPolicy,
+) -> Option<Duration> {
+    if !(500..600).contains(&status) || status == 501 || attempt >= policy.max_attempts {
+        return None;
+    }
+    if let Some(secs) = retry_after_header.and_then(|h| h.trim().parse::<u64>().ok()) {
+        return Some(Duration::from_secs(secs).min(policy.max_retry_after));
+    }
+    Some(backoff(attempt, policy))
+}
+
+/// Exponential backoff for attempt `attempt` (1-based).
+pub fn backoff(attempt: u32, policy: &RetryPolicy) -> Duration {
+    let factor = 1u32 << attempt.saturating_sub(1).min(16);
+    policy
+        .base_backoff
+        .saturating_mul(factor)
+        .min(policy.max_backoff)
+}
+
+/// Whether a task (monitor body) has finished, and how.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum TaskOutcome {
+    Running,
+    Completed,
+    Failed(String),
+}
+
+pub fn task_outcome(task_state: Option<&str>) -> TaskOutcome {
+    match task_state {
+        Some("Completed") => TaskOutcome::Completed,
+        Some(s @ ("Exception" | "Killed" | "Cancelled" | "Interrupted")) => {
+            TaskOutcome::Failed(s.to_string())
+        }
+        // New, Starting, Running, Pending, Suspended, Stopping, Service,
+        // unknown values, or no state at all: keep polling until the deadline.
+        _ => TaskOutcome::Running,
+    }
+}
+
+/// Canonical lower-case colon MAC, or `None` when it is not a MAC.
+fn normalize_mac(s: &str) -> Option<String> {
+    crate::api::validate::parse_mac(s.trim()).map(|b| {
+        b.iter()
+            .map(|x| format!("{x:02x}"))
+            .collect::<Vec<_>>()
+            .join(":")
+    })
+}
+
+pub fn nic_info(n: &EthernetInterface) -> Option<NicInfo> {
+    let mac = n
+        .mac_address
+        .as_deref()
+        .and_then(normalize_mac)
+        .or_else(|| n.permanent_mac_address.as_deref().and_then(normalize_mac))?;
+    let link_up = match n.link_status.as_deref() {
+        Some("LinkUp") => Some(true),
+        Some("LinkDown") | Some("NoLink") => Some(false),
+        _ => None,
+    };
+    Some(NicInfo {
+        name: n.id.clone().or_else(|| n.name.clone()).unwrap_or_default(),
+        mac,
+        link_up,
+        speed_mbps: n.speed_mbps,
+    })
+}
+
+pub fn disks_from_simple_storage(s: &SimpleStorage) -> Vec<DiskInfo> {
+    s.devices
+        .iter()
+        .map(|d| DiskInfo {
+            name: d.name.clone().unwrap_or_default(),
+            size_bytes: d.capacity_bytes,
+            model: d.model.clone(),
+            serial_number: None,
+            rotational: None,
+        })
+        .collect()
+}
+
+pub fn disk_from_drive(d: &Drive) -> DiskInfo {
+    DiskInfo {
+        name: d.id.clone().or_else(|| d.name.clone()).unwrap_or_default(),
+        size_bytes: d.capacity_bytes,
+        model: d.model.clone(),
+        serial_number: d.serial_number.clone(),
+        rotational: match d.media_type.as_deref() {
+            Some("HDD") | Some("SMR") => Some(true),
+            Some("SSD") => Some(false),
+            _ => None,
+        },
+    }
+}
+
+/// The system-level part of the inventory (NICs and disks are added by the
+/// caller from their own documents).
+pub fn system_inventory(s: &ComputerSystem) -> Inventory {
+    let cpu = s.processor_summary.count.map(|count| CpuInfo {
+        count,
+        model: s.processor_summary.model.clone(),
+        architecture: None,
+    });
+    let memory_mib = s
+        .memory_summary
+        .total_system_memory_gib
+        .filter(|g| g.is_finite() && *g >= 0.0)
+        .map(|g| (g * 1024.0).round() as u64);
+    Inventory {
+        manufacturer: s.manufacturer.clone(),
+        model: s.model.clone(),
+        serial_number: s.serial_number.clone(),
+        uuid: s.uuid.clone(),
+        firmware_version: s.bios_version.clone(),
+        cpu,
+        memory_mib,
+        nics: Vec::new(),
+        disks: Vec::new(),
+    }
+}

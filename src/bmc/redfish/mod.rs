@@ -1,0 +1,410 @@
+//! Redfish driver: finds the System (from the address path, or the only one
+//! the service has), logs in, and performs verified actions — power with
+//! polling until reached, one-time boot override with read-back — and reads
+//! inventory. Decisions are pure functions in [`logic`]; HTTP lives in
+//! [`client`]; vendor differences are rows of [`quirks`].
+
+pub mod client;
+pub mod logic;
+pub mod model;
+pub mod quirks;
+#[cfg(test)]
+mod tests;
+
+use async_trait::async_trait;
+use reqwest::Method;
+use tokio::sync::OnceCell;
+use tokio::time::Instant;
+use tracing::Instrument;
+
+pub use client::{TlsMode, Transport};
+use logic::{PowerPlan, RetryPolicy};
+use model::{
+    ActionInfo, BootHolder, Collection, ComputerSystem, Drive, EthernetInterface, ServiceRoot,
+    SimpleStorage, Storage,
+};
+use quirks::Quirks;
+
+use super::{
+    Bmc, BmcError, BootDevice, Credentials, FirmwareMode, PowerAction, PowerState, Timing,
+};
+use crate::api::Inventory;
+
+const SERVICE_ROOT: &str = "/redfish/v1/";
+
+/// What was learned once per connection.
+#[derive(Debug)]
+struct Resolved {
+    system_path: String,
+    quirks: &'static Quirks,
+}
+
+/// A Redfish BMC.
+#[derive(Debug)]
+pub struct RedfishBmc {
+    t: Transport,
+    /// From the address (`/redfish/v1/Systems/ID`), or discovered.
+    system_path: Option<String>,
+    resolved: OnceCell<Resolved>,
+}
+
+impl RedfishBmc {
+    /// A driver for `base` (`https://host:port`); nothing is sent until the
+    /// first call.
+    pub fn new(
+        base: url::Url,
+        system_path: Option<String>,
+        creds: Credentials,
+        tls: &TlsMode,
+        timing: Timing,
+    ) -> Result<RedfishBmc, BmcError> {
+        Self::with_retry(
+            base,
+            system_path,
+            creds,
+            tls,
+            timing,
+            RetryPolicy::default(),
+        )
+    }
+
+    pub fn with_retry(
+        base: url::Url,
+        system_path: Option<String>,
+        creds: Credentials,
+        tls: &TlsMode,
+        timing: Timing,
+        retry: RetryPolicy,
+    ) -> Result<RedfishBmc, BmcError> {
+        Ok(RedfishBmc {
+            t: Transport::new(base, creds, tls, timing, retry)?,
+            system_path,
+            resolved: OnceCell::new(),
+        })
+    }
+
+    pub fn address(&self) -> &str {
+        self.t.address()
+    }
+
+    /// The System's path once resolved (connects when needed).
+    pub async fn system_path(&self) -> Result<String, BmcError> {
+        Ok(self.resolve().await?.system_path.clone())
+    }
+
+    /// Whether requests ride on a SessionService token (else Basic auth).
+    pub async fn uses_session(&self) -> bool {
+        self.t.has_session().await
+    }
+
+    fn protocol(&self, detail: impl Into<String>) -> BmcError {
+        BmcError::Protocol {
+            address: self.address().to_string(),
+            detail: detail.into(),
+        }
+    }
+
+    async fn resolve(&self) -> Result<&Resolved, BmcError> {
+        self.resolved
+            .get_or_try_init(|| async {
+                let (root, _) = self.t.get_json::<ServiceRoot>(SERVICE_ROOT).await?;
+                let sessions = root.links.sessions.as_ref().map(|l| l.odata_id.clone());
+                let sessions = match (sessions, &root.session_service) {
+                    (Some(s), _) if !s.is_empty() => Some(s),
+                    (_, Some(svc)) if !svc.odata_id.is_empty() => {
+                        Some(format!("{}/Sessions", svc.odata_id.trim_end_matches('/')))
+                    }
+                    _ => None,
+                };
+                if let Some(path) = sessions {
+                    self.t.login(&path).await?;
+                }
+                let system_path = match &self.system_path {
+                    Some(p) => p.clone(),
+                    None => self.discover_system(&root).await?,
+                };
+                let (sys, _) = self.t.get_json::<ComputerSystem>(&system_path).await?;
+                let quirks = quirks::quirks_for(
+                    sys.manufacturer.as_deref(),
+                    sys.oem.keys().map(String::as_str),
+                );
+                tracing::debug!(address = %self.address(), system = %system_path, vendor = quirks.vendor, "redfish system resolved");
+                Ok(Resolved {
+                    system_path,
+                    quirks,
+                })
+            })
+            .await
+    }
+
+    async fn discover_system(&self, root: &ServiceRoot) -> Result<String, BmcError> {
+        let systems = root
+            .systems
+            .as_ref()
+            .map(|l| l.odata_id.clone())
+            .filter(|s| !s.is_empty())
+            .unwrap_or_else(|| "/redfish/v1/Systems".to_string());
+        let (coll, _) = self.t.get_json::<Collection>(&systems).await?;
+        match coll.members.as_slice() {
+            [one] if !one.odata_id.is_empty() => Ok(one.odata_id.clone()),
+            [] => Err(BmcError::NoSuchSystem {
+                address: self.address().to_string(),
+                detail: "the service lists no systems".to_string(),
+            }),
+            many => Err(BmcError::Config(format!(
+                "BMC {} has {} systems; name one in the address (…/redfish/v1/Systems/ID): {}",
+                self.address(),
+                many.len(),
+                many.iter()
+                    .map(|l| l.odata_id.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ))),
+        }
+    }
+
+    async fn system(&self) -> Result<(ComputerSystem, &'static Quirks), BmcError> {
+        let r = self.resolve().await?;
+        let (sys, _) = self.t.get_json::<ComputerSystem>(&r.system_path).await?;
+        Ok((sys, r.quirks))
+    }
+
+    fn power_of(&self, sys: &ComputerSystem) -> Result<PowerState, BmcError> {
+        logic::parse_power_state(sys.power_state.as_deref()).map_err(|d| self.protocol(d))
+    }
+
+    /// ResetTypes the BMC allows: inline AllowableValues, else its ActionInfo.
+    async fn allowed_reset_types(&self, sys: &ComputerSystem) -> Vec<String> {
+        let Some(reset) = &sys.actions.reset else {
+            return Vec::new();
+        };
+        if !reset.allowable_values.is_empty() {
+            return reset.allowable_values.clone();
+        }
+        if let Some(info) = &reset.action_info
+            && let Some(ai) = self.t.get_optional::<ActionInfo>(info).await
+        {
+            return ai
+                .parameters
+                .into_iter()
+                .find(|p| p.name == "ResetType")
+                .map(|p| p.allowable_values)
+                .unwrap_or_default();
+        }
+        Vec::new()
+    }
+
+    async fn wait_power(&self, wanted: PowerState) -> Result<(), BmcError> {
+        let timing = self.t.timing;
+        let start = Instant::now();
+        let mut last = PowerState::Unknown;
+        loop {
+            let (sys, _) = self.system().await?;
+            // An unknown value mid-transition is not fatal while polling.
+            last = self.power_of(&sys).unwrap_or(last);
+            if last == wanted {
+                return Ok(());
+            }
+            if start.elapsed() >= timing.power_deadline {
+                return Err(BmcError::PowerStateNotReached {
+                    address: self.address().to_string(),
+                    wanted,
+                    last,
+                    after: timing.power_deadline,
+                });
+            }
+            tokio::time::sleep(timing.poll_interval).await;
+        }
+    }
+
+    async fn do_power(&self, action: PowerAction) -> Result<(), BmcError> {
+        let (sys, quirks) = self.system().await?;
+        let current = self.power_of(&sys)?;
+        let allowed = self.allowed_reset_types(&sys).await;
+        let plan = logic::plan_power(action, current, &allowed, quirks).map_err(|what| {
+            BmcError::Unsupported {
+                address: self.address().to_string(),
+                what,
+            }
+        })?;
+        let PowerPlan::Reset(reset_type) = plan else {
+            tracing::debug!(?action, ?current, "already in the wanted power state");
+            return Ok(());
+        };
+        let target = sys
+            .actions
+            .reset
+            .as_ref()
+            .and_then(|r| r.target.clone())
+            .unwrap_or_else(|| {
+                format!(
+                    "{}/Actions/ComputerSystem.Reset",
+                    sys.odata_id.trim_end_matches('/')
+                )
+            });
+        tracing::info!(?action, reset_type = %reset_type, "redfish reset");
+        self.t
+            .act(
+                Method::POST,
+                &target,
+                &serde_json::json!({"ResetType": reset_type}),
+                None,
+            )
+            .await?;
+        self.wait_power(action.target()).await
+    }
+
+    async fn do_boot(&self, device: BootDevice, mode: FirmwareMode) -> Result<(), BmcError> {
+        let (sys, quirks) = self.system().await?;
+        let allowed = &sys.boot.target_allowable_values;
+        let target = logic::boot_target(device);
+        if !allowed.is_empty() && !allowed.iter().any(|a| a == target) {
+            return Err(BmcError::Unsupported {
+                address: self.address().to_string(),
+                what: format!("boot override target {target} (allowed: {allowed:?})"),
+            });
+        }
+        let sent_mode = logic::boot_sends_mode(&sys.boot, quirks);
+        let body = logic::boot_patch(device, mode, &sys.boot, quirks);
+        // Changes go to the settings object when the BMC advertises one.
+        let patch_path = sys
+            .settings
+            .as_ref()
+            .and_then(|s| s.settings_object.as_ref())
+            .map(|l| l.odata_id.clone())
+            .filter(|p| !p.is_empty())
+            .unwrap_or_else(|| sys.odata_id.clone());
+        let patch_path = if patch_path.is_empty() {
+            self.resolve().await?.system_path.clone()
+        } else {
+            patch_path
+        };
+        let etag = if quirks.boot_needs_etag {
+            self.t.get(&patch_path).await?.etag
+        } else {
+            None
+        };
+        match self
+            .t
+            .act(Method::PATCH, &patch_path, &body, etag.as_deref())
+            .await
+        {
+            Ok(_) => {}
+            // The BMC wants If-Match (428) or our tag went stale (412):
+            // read the current tag and try once more with it.
+            Err(BmcError::Http { status, .. }) if status == 412 || status == 428 => {
+                let tag = self.t.get(&patch_path).await?.etag;
+                let Some(tag) = tag else {
+                    return Err(self.protocol(format!(
+                        "PATCH {patch_path} needs If-Match but the resource has no ETag"
+                    )));
+                };
+                self.t
+                    .act(Method::PATCH, &patch_path, &body, Some(&tag))
+                    .await?;
+            }
+            Err(e) => return Err(e),
+        }
+        let (got, _) = self.t.get_json::<BootHolder>(&patch_path).await?;
+        logic::check_boot_readback(device, mode, sent_mode, &got.boot).map_err(|(wanted, got)| {
+            BmcError::BootOverrideIgnored {
+                address: self.address().to_string(),
+                wanted,
+                got,
+            }
+        })
+    }
+
+    async fn do_inventory(&self) -> Result<Inventory, BmcError> {
+        let (sys, _) = self.system().await?;
+        let mut inv = logic::system_inventory(&sys);
+        if let Some(link) = &sys.ethernet_interfaces {
+            let (coll, _) = self.t.get_json::<Collection>(&link.odata_id).await?;
+            let nics = futures::future::join_all(
+                coll.members
+                    .iter()
+                    .map(|m| self.t.get_json::<EthernetInterface>(&m.odata_id)),
+            )
+            .await;
+            for n in nics {
+                let (n, _) = n?;
+                if let Some(info) = logic::nic_info(&n) {
+                    inv.nics.push(info);
+                }
+            }
+        }
+        if let Some(link) = &sys.simple_storage
+            && let Some(coll) = self.t.get_optional::<Collection>(&link.odata_id).await
+        {
+            for m in &coll.members {
+                if let Some(s) = self.t.get_optional::<SimpleStorage>(&m.odata_id).await {
+                    inv.disks.extend(logic::disks_from_simple_storage(&s));
+                }
+            }
+        }
+        if inv.disks.is_empty()
+            && let Some(link) = &sys.storage
+            && let Some(coll) = self.t.get_optional::<Collection>(&link.odata_id).await
+        {
+            for m in &coll.members {
+                let Some(st) = self.t.get_optional::<Storage>(&m.odata_id).await else {
+                    continue;
+                };
+                for d in &st.drives {
+                    if let Some(drive) = self.t.get_optional::<Drive>(&d.odata_id).await {
+                        inv.disks.push(logic::disk_from_drive(&drive));
+                    }
+                }
+            }
+        }
+        Ok(inv)
+    }
+
+    fn span(&self, op: &'static str) -> tracing::Span {
+        tracing::info_span!("bmc", driver = "redfish", op, address = %self.address())
+    }
+}
+
+/// Run one operation inside its span and record its outcome.
+async fn observed<T>(
+    span: tracing::Span,
+    op: &'static str,
+    f: impl std::future::Future<Output = Result<T, BmcError>>,
+) -> Result<T, BmcError> {
+    let start = std::time::Instant::now();
+    let r = f.instrument(span).await;
+    super::metrics::observe("redfish", op, start.elapsed(), &r);
+    r
+}
+
+#[async_trait]
+impl Bmc for RedfishBmc {
+    async fn power_state(&self) -> Result<PowerState, BmcError> {
+        observed(self.span("power_state"), "power_state", async {
+            let (sys, _) = self.system().await?;
+            self.power_of(&sys)
+        })
+        .await
+    }
+
+    async fn power(&self, action: PowerAction) -> Result<(), BmcError> {
+        observed(self.span("power"), "power", self.do_power(action)).await
+    }
+
+    async fn set_boot_once(&self, device: BootDevice, mode: FirmwareMode) -> Result<(), BmcError> {
+        observed(
+            self.span("set_boot_once"),
+            "set_boot_once",
+            self.do_boot(device, mode),
+        )
+        .await
+    }
+
+    async fn inventory(&self) -> Result<Inventory, BmcError> {
+        observed(self.span("inventory"), "inventory", self.do_inventory()).await
+    }
+
+    async fn close(&self) -> Result<(), BmcError> {
+        observed(self.span("close"), "close", self.t.logout()).await
+    }
+}

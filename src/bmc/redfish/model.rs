@@ -1,0 +1,256 @@
+//! The few Redfish resources metalherd reads, as lenient serde structs:
+//! every field defaulted, every enum kept open (a `String`), so a BMC that
+//! adds properties or enum values does not fail a whole document. A field of
+//! the wrong JSON type still fails, as a typed `Protocol` error with its path.
+//!
+//! Pure data and pure decoding; no HTTP here.
+
+use serde::Deserialize;
+use serde::de::DeserializeOwned;
+
+/// A link: `{"@odata.id": "/redfish/v1/..."}`.
+#[derive(Clone, Debug, Default, Deserialize, PartialEq, Eq)]
+#[serde(default)]
+pub struct Link {
+    #[serde(rename = "@odata.id")]
+    pub odata_id: String,
+}
+
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(default, rename_all = "PascalCase")]
+pub struct ServiceRoot {
+    pub redfish_version: Option<String>,
+    pub vendor: Option<String>,
+    pub product: Option<String>,
+    pub systems: Option<Link>,
+    pub session_service: Option<Link>,
+    pub links: RootLinks,
+    pub oem: serde_json::Map<String, serde_json::Value>,
+}
+
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(default, rename_all = "PascalCase")]
+pub struct RootLinks {
+    pub sessions: Option<Link>,
+}
+
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(default, rename_all = "PascalCase")]
+pub struct Collection {
+    pub members: Vec<Link>,
+}
+
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(default, rename_all = "PascalCase")]
+pub struct ComputerSystem {
+    #[serde(rename = "@odata.id")]
+    pub odata_id: String,
+    pub id: Option<String>,
+    pub manufacturer: Option<String>,
+    pub model: Option<String>,
+    pub serial_number: Option<String>,
+    #[serde(rename = "UUID")]
+    pub uuid: Option<String>,
+    pub bios_version: Option<String>,
+    pub power_state: Option<String>,
+    pub boot: Boot,
+    pub processor_summary: ProcessorSummary,
+    pub memory_summary: MemorySummary,
+    pub ethernet_interfaces: Option<Link>,
+    pub simple_storage: Option<Link>,
+    pub storage: Option<Link>,
+    pub actions: SystemActions,
+    #[serde(rename = "@Redfish.Settings")]
+    pub settings: Option<Settings>,
+    pub oem: serde_json::Map<String, serde_json::Value>,
+}
+
+/// The boot override, as read and as patched.
+#[derive(Clone, Debug, Default, Deserialize, PartialEq, Eq)]
+#[serde(default, rename_all = "PascalCase")]
+pub struct Boot {
+    pub boot_source_override_target: Option<String>,
+    pub boot_source_override_enabled: Option<String>,
+    pub boot_source_override_mode: Option<String>,
+    #[serde(rename = "BootSourceOverrideTarget@Redfish.AllowableValues")]
+    pub target_allowable_values: Vec<String>,
+}
+
+/// A resource that only carries a `Boot` (a settings object may be sparse).
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(default, rename_all = "PascalCase")]
+pub struct BootHolder {
+    pub boot: Boot,
+}
+
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(default, rename_all = "PascalCase")]
+pub struct Settings {
+    pub settings_object: Option<Link>,
+}
+
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(default, rename_all = "PascalCase")]
+pub struct ProcessorSummary {
+    pub count: Option<u32>,
+    pub model: Option<String>,
+}
+
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(default, rename_all = "PascalCase")]
+pub struct MemorySummary {
+    #[serde(rename = "TotalSystemMemoryGiB")]
+    pub total_system_memory_gib: Option<f64>,
+}
+
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(default)]
+pub struct SystemActions {
+    #[serde(rename = "#ComputerSystem.Reset")]
+    pub reset: Option<ResetAction>,
+}
+
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(default)]
+pub struct ResetAction {
+    pub target: Option<String>,
+    #[serde(rename = "ResetType@Redfish.AllowableValues")]
+    pub allowable_values: Vec<String>,
+    #[serde(rename = "@Redfish.ActionInfo")]
+    pub action_info: Option<String>,
+}
+
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(default, rename_all = "PascalCase")]
+pub struct ActionInfo {
+    pub parameters: Vec<ActionParameter>,
+}
+
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(default, rename_all = "PascalCase")]
+pub struct ActionParameter {
+    pub name: String,
+    pub allowable_values: Vec<String>,
+}
+
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(default, rename_all = "PascalCase")]
+pub struct EthernetInterface {
+    pub id: Option<String>,
+    pub name: Option<String>,
+    #[serde(rename = "MACAddress")]
+    pub mac_address: Option<String>,
+    #[serde(rename = "PermanentMACAddress")]
+    pub permanent_mac_address: Option<String>,
+    pub link_status: Option<String>,
+    pub speed_mbps: Option<u64>,
+}
+
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(default, rename_all = "PascalCase")]
+pub struct SimpleStorage {
+    pub devices: Vec<SimpleStorageDevice>,
+}
+
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(default, rename_all = "PascalCase")]
+pub struct SimpleStorageDevice {
+    pub name: Option<String>,
+    pub model: Option<String>,
+    pub capacity_bytes: Option<u64>,
+}
+
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(default, rename_all = "PascalCase")]
+pub struct Storage {
+    pub drives: Vec<Link>,
+}
+
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(default, rename_all = "PascalCase")]
+pub struct Drive {
+    pub id: Option<String>,
+    pub name: Option<String>,
+    pub model: Option<String>,
+    pub serial_number: Option<String>,
+    pub capacity_bytes: Option<u64>,
+    /// `HDD`, `SSD`, `SMR`; open.
+    pub media_type: Option<String>,
+}
+
+/// A task (what a task monitor returns while running, or when done).
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(default, rename_all = "PascalCase")]
+pub struct Task {
+    /// `New`, `Running`, `Completed`, `Exception`, `Killed`, ...; open.
+    pub task_state: Option<String>,
+    pub task_status: Option<String>,
+    pub messages: Vec<Message>,
+}
+
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(default, rename_all = "PascalCase")]
+pub struct Message {
+    pub message: Option<String>,
+    pub message_id: Option<String>,
+}
+
+/// A Redfish error body: `{"error": {"code", "message", "@Message.ExtendedInfo"}}`.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(default)]
+pub struct ErrorBody {
+    pub error: ErrorDetail,
+}
+
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(default)]
+pub struct ErrorDetail {
+    pub code: Option<String>,
+    pub message: Option<String>,
+    #[serde(rename = "@Message.ExtendedInfo")]
+    pub extended_info: Vec<Message>,
+}
+
+impl ErrorBody {
+    /// A short, single-line description for an error message.
+    pub fn summary(body: &[u8]) -> String {
+        let parsed: Option<ErrorBody> = serde_json::from_slice(body).ok();
+        let text = parsed
+            .and_then(|b| {
+                b.error
+                    .extended_info
+                    .iter()
+                    .find_map(|m| m.message.clone())
+                    .or(b.error.message)
+                    .or(b.error.code)
+            })
+            .unwrap_or_else(|| String::from_utf8_lossy(body).into_owned());
+        let one_line: String = text.split_whitespace().collect::<Vec<_>>().join(" ");
+        truncate(&one_line, 200)
+    }
+}
+
+/// Decode a body, naming the JSON path of the first problem.
+pub fn decode<T: DeserializeOwned>(body: &[u8]) -> Result<T, String> {
+    let de = &mut serde_json::Deserializer::from_slice(body);
+    serde_path_to_error::deserialize(de).map_err(|e| {
+        let path = e.path().to_string();
+        let inner = e.into_inner();
+        if path.is_empty() || path == "." {
+            truncate(&inner.to_string(), 200)
+        } else {
+            truncate(&format!("at {path}: {inner}"), 200)
+        }
+    })
+}
+
+fn truncate(s: &str, max: usize) -> String {
+    if s.len() <= max {
+        return s.to_string();
+    }
+    let mut end = max;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}...", &s[..end])
+}

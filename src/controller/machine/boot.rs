@@ -1,0 +1,416 @@
+//! The parts of `decide` that run a network boot (install, reimage, wipe)
+//! and wait for the result: minting under the boot-storm limit, removing the
+//! Node before a reimage, the one power cycle per boot (marker first),
+//! install deadlines and retries, then waiting for the Node; and taking a
+//! machine apart again (deprovisioning). Pure, like the rest of `decide`.
+
+use super::decide::{Planner, again, elapsed, wait};
+use super::plan::{
+    BmcObserved, BootOutcome, BootPurpose, ClassObserved, ClassView, NodeObserved, Step,
+    boot_outcome, boot_timeline, booted, cond, progress,
+};
+use crate::api::{BootRecord, MachinePhase, PowerState};
+use crate::bmc::BootDevice;
+
+/// Where a network boot stands.
+enum BootState {
+    /// Not done; this step schedules the next look.
+    Pending(Step),
+    /// The boot reached its goal (installed, or wiped).
+    Done(BootRecord),
+}
+
+/// Whether a node's kubelet version is the wanted one (`v1.33.2` matches
+/// `1.33.2` and `v1.33.2+k3s1`).
+fn kubelet_matches(have: &str, want: &str) -> bool {
+    let (h, w) = (have.trim_start_matches('v'), want.trim_start_matches('v'));
+    h == w || h.strip_prefix(w).is_some_and(|r| r.starts_with(['+', '-']))
+}
+
+fn fmt_duration(d: std::time::Duration) -> String {
+    let s = d.as_secs();
+    if s.is_multiple_of(60) {
+        format!("{}m", s / 60)
+    } else {
+        format!("{s}s")
+    }
+}
+
+impl Planner<'_> {
+    /// Provisioning (install) and Reimaging.
+    pub(super) fn boot_phase(&mut self, purpose: BootPurpose) -> Step {
+        let class = match &self.o.class {
+            ClassObserved::Present(c) => c.clone(),
+            ClassObserved::NotReferenced => {
+                // The class was taken away mid-run: stop, and hand the
+                // machine back (a reimaging one had a Node: take it apart).
+                self.close_open_boot("abandoned");
+                if purpose == BootPurpose::Install {
+                    self.condition(cond::PROVISIONED, "False", "ClassRemoved", String::new());
+                    self.set_phase(MachinePhase::Available);
+                } else {
+                    self.start_run(MachinePhase::Deprovisioning);
+                }
+                return again();
+            }
+            ClassObserved::Missing { name } => {
+                let msg = format!("MachineClass {name} does not exist");
+                self.condition(cond::PROVISIONED, "False", "ClassNotFound", msg);
+                return wait(self.o.limits.resync, "class");
+            }
+        };
+        if let Some(w) = self.retry_gate() {
+            return w;
+        }
+        match self.run_boot(purpose, Some(&class.revision)) {
+            BootState::Pending(s) => s,
+            BootState::Done(b) => self.after_install(purpose, &class, &b),
+        }
+    }
+
+    fn close_open_boot(&mut self, outcome: &str) {
+        if self
+            .st
+            .boot
+            .as_ref()
+            .is_some_and(|b| b.completed_at.is_none())
+        {
+            self.push(Step::CompleteBoot {
+                outcome: outcome.to_string(),
+            });
+        }
+    }
+
+    /// The boot of the current run, minting one when there is none.
+    fn run_boot(&mut self, purpose: BootPurpose, revision: Option<&str>) -> BootState {
+        let prev = self
+            .progress()
+            .get(progress::PREVIOUS_BOOT)
+            .map(str::to_string);
+        let ours = self
+            .st
+            .boot
+            .clone()
+            .filter(|b| b.purpose == purpose.as_str() && Some(&b.id) != prev.as_ref());
+        if let Some(b) = ours {
+            let open = b.completed_at.is_none();
+            let same_rev = b.revision.as_deref() == revision;
+            if open && !same_rev {
+                // The target moved while booting: this boot installs the
+                // wrong thing. Close it; the next look mints a new one.
+                self.push(Step::CompleteBoot {
+                    outcome: "superseded".into(),
+                });
+                return BootState::Pending(again());
+            }
+            match boot_outcome(&self.st, &b) {
+                Some(o @ (BootOutcome::Installed | BootOutcome::Wiped)) if same_rev => {
+                    if open {
+                        let word = if o == BootOutcome::Installed {
+                            "installed"
+                        } else {
+                            "wiped"
+                        };
+                        self.push(Step::CompleteBoot {
+                            outcome: word.into(),
+                        });
+                    }
+                    return BootState::Done(b);
+                }
+                Some(BootOutcome::Failed(detail)) if open => {
+                    let timeline = boot_timeline(&self.st, &b.id);
+                    let msg = format!("the installer reported failure: {detail}; {timeline}");
+                    let reason = fail_reason(purpose, false);
+                    return BootState::Pending(self.fail_boot("failed", reason, msg));
+                }
+                None if open => return BootState::Pending(self.drive_boot(purpose, &b)),
+                _ => {} // closed without success: mint another
+            }
+        }
+        if !self.o.boot_slot {
+            self.condition(
+                cond::WAITING,
+                "True",
+                "BootStormLimit",
+                "the boot-storm limit is reached; waiting for a free boot slot".into(),
+            );
+            return BootState::Pending(wait(self.o.limits.slot_wait, "boot slot"));
+        }
+        self.clear_waiting();
+        self.push(Step::MintBoot {
+            purpose,
+            revision: revision.map(str::to_string),
+        });
+        BootState::Pending(again())
+    }
+
+    /// An open boot without an outcome: get the server booting, then wait.
+    fn drive_boot(&mut self, purpose: BootPurpose, b: &BootRecord) -> Step {
+        let limits = self.o.limits;
+        if purpose == BootPurpose::Reimage
+            && self.progress().get(progress::NODE_REMOVED_FOR) != Some(&b.id)
+        {
+            let node = self.node();
+            match &self.o.node {
+                NodeObserved::Present(_) => {
+                    self.push(Step::CordonNode(node.clone()));
+                    self.push(Step::DrainNode(node.clone()));
+                    self.push(Step::DeleteNode(node));
+                }
+                NodeObserved::Unknown { .. } => return wait(limits.poll, "target cluster"),
+                NodeObserved::Absent | NodeObserved::NotConfigured => {}
+            }
+            self.set_progress(progress::NODE_REMOVED_FOR, b.id.clone());
+            return again();
+        }
+        if self.progress().get(progress::POWER_CYCLED_FOR) != Some(&b.id) {
+            let BmcObserved::Reachable { power } = self.o.bmc else {
+                return self.wait_bmc();
+            };
+            self.push(Step::SetBootOnce(BootDevice::Network));
+            // The marker goes first: after a crash the cycle is not repeated.
+            self.set_progress(progress::POWER_CYCLED_FOR, b.id.clone());
+            self.set_progress(progress::POWERED_AT, self.now.to_string());
+            self.push(if power == PowerState::On {
+                Step::PowerCycle
+            } else {
+                Step::PowerOn
+            });
+            return wait(limits.poll, "install");
+        }
+        let since = self
+            .progress()
+            .time(progress::POWERED_AT)
+            .unwrap_or(b.minted_at);
+        let spent = elapsed(since, self.now);
+        if spent >= limits.install_deadline {
+            let msg = format!(
+                "no call-home within {}; {}",
+                fmt_duration(limits.install_deadline),
+                boot_timeline(&self.st, &b.id)
+            );
+            return self.fail_boot("timeout", fail_reason(purpose, true), msg);
+        }
+        // Marker written but the server is off with nothing heard from it:
+        // the power action was lost (crash, or a BMC that dropped it).
+        // Powering on is safe to repeat; a cycle would not be.
+        let heard = self
+            .st
+            .boot_history
+            .iter()
+            .any(|e| e.boot_id.as_deref() == Some(&b.id));
+        if self.o.bmc
+            == (BmcObserved::Reachable {
+                power: PowerState::Off,
+            })
+            && !heard
+        {
+            self.push(Step::PowerOn);
+        }
+        wait(limits.poll.min(limits.install_deadline - spent), "install")
+    }
+
+    /// A boot failed (`outcome`): close it, count it, back off; too many in
+    /// a row and the machine goes to Error (retried after the backoff).
+    fn fail_boot(&mut self, outcome: &str, reason: &str, message: String) -> Step {
+        self.close_open_boot(outcome);
+        self.error(reason, message);
+        self.back_off(self.phase())
+    }
+
+    fn back_off(&mut self, from: MachinePhase) -> Step {
+        let limits = self.o.limits;
+        let attempts = self.progress().count(progress::ATTEMPTS) + 1;
+        let after = limits.retry_after(attempts);
+        self.set_progress(progress::ATTEMPTS, attempts.to_string());
+        let at = self.now.saturating_add(after).unwrap_or(self.now);
+        self.set_progress(progress::RETRY_AT, at.to_string());
+        if attempts >= limits.max_boot_attempts {
+            self.set_progress(progress::ERROR_FROM, from.as_str().to_string());
+            self.set_phase(MachinePhase::Error);
+        }
+        wait(after, "retry backoff")
+    }
+
+    fn after_install(&mut self, purpose: BootPurpose, class: &ClassView, b: &BootRecord) -> Step {
+        if self.st.provisioned_revision.as_deref() != Some(&class.revision) {
+            self.push(Step::MarkProvisioned {
+                revision: class.revision.clone(),
+            });
+        }
+        let msg = format!("revision {} installed", class.revision);
+        self.condition(cond::PROVISIONED, "True", "Installed", msg);
+        self.clear_progress(progress::ATTEMPTS);
+        self.clear_progress(progress::RETRY_AT);
+        self.clear_error();
+        if purpose == BootPurpose::Install {
+            self.set_phase(MachinePhase::Provisioned);
+            return again();
+        }
+        // Reimaging: the same server must come back as a Ready Node running
+        // the new versions; then it may take work again.
+        if let Some(s) = self.node_pending(Some(b), Some(&class.kubelet_version)) {
+            return s;
+        }
+        if matches!(self.o.node, NodeObserved::Present(_)) {
+            self.push(Step::UncordonNode(self.node()));
+        }
+        self.set_phase(MachinePhase::Ready);
+        again()
+    }
+
+    pub(super) fn provisioned(&mut self) -> Step {
+        if self.o.class == ClassObserved::NotReferenced {
+            self.start_run(MachinePhase::Deprovisioning);
+            return again();
+        }
+        let b = self.st.boot.clone();
+        if let Some(s) = self.node_pending(b.as_ref(), None) {
+            return s;
+        }
+        self.set_phase(MachinePhase::Ready);
+        again()
+    }
+
+    /// `None` when the installed OS is up: its Node is Ready (with `kubelet`
+    /// when given), or, without a target cluster, it called home `booted`.
+    /// Otherwise the step that waits for it; past the join deadline the
+    /// machine goes to Error with the reason.
+    fn node_pending(&mut self, b: Option<&BootRecord>, kubelet: Option<&str>) -> Option<Step> {
+        let limits = self.o.limits;
+        if let Some(b) = b {
+            self.boot_installed_os(b);
+        }
+        let node = self.node();
+        let problem = match &self.o.node {
+            NodeObserved::NotConfigured => {
+                if b.is_some_and(|b| booted(&self.st, &b.id)) {
+                    return None;
+                }
+                "the installed OS did not call home `booted`".to_string()
+            }
+            NodeObserved::Present(n) if n.ready => match kubelet {
+                Some(want) if !kubelet_matches(&n.kubelet_version, want) => format!(
+                    "node {node} runs kubelet {} but the class wants {want}",
+                    n.kubelet_version
+                ),
+                _ => return None,
+            },
+            NodeObserved::Present(_) => format!("node {node} is not Ready"),
+            NodeObserved::Absent => format!("node {node} did not register"),
+            NodeObserved::Unknown { .. } => return Some(wait(limits.poll, "target cluster")),
+        };
+        let since = b.and_then(|b| b.completed_at).unwrap_or(self.now);
+        let spent = elapsed(since, self.now);
+        if spent < limits.join_deadline {
+            return Some(wait(
+                limits.poll.min(limits.join_deadline - spent),
+                "node Ready",
+            ));
+        }
+        let msg = format!(
+            "{problem} within {} of install",
+            fmt_duration(limits.join_deadline)
+        );
+        self.error("JoinTimeout", msg);
+        // A retry installs again: this boot no longer counts for the run.
+        if let Some(b) = b {
+            self.set_progress(progress::PREVIOUS_BOOT, b.id.clone());
+        }
+        let from = if self.phase() == MachinePhase::Reimaging {
+            MachinePhase::Reimaging
+        } else {
+            MachinePhase::Provisioning
+        };
+        let next = self.back_off(from);
+        self.set_progress(progress::ERROR_FROM, from.as_str().to_string());
+        self.set_phase(MachinePhase::Error);
+        Some(next)
+    }
+
+    /// After an install, the server must come up from its disk: set the boot
+    /// device to the disk once per boot (repeatable, so the marker follows
+    /// the effect), and power the server on if the installer switched it
+    /// off (also repeatable) and the installed OS has not called home yet.
+    fn boot_installed_os(&mut self, b: &BootRecord) {
+        if boot_outcome(&self.st, b) != Some(BootOutcome::Installed) || booted(&self.st, &b.id) {
+            return;
+        }
+        let BmcObserved::Reachable { power } = self.o.bmc else {
+            return;
+        };
+        if self.progress().get(progress::DISK_BOOT_FOR) != Some(&b.id) {
+            self.push(Step::SetBootOnce(BootDevice::Disk));
+            self.set_progress(progress::DISK_BOOT_FOR, b.id.clone());
+        } else if power == PowerState::Off {
+            self.push(Step::PowerOn);
+        }
+    }
+
+    /// Take the machine apart: Node, optional wipe, power, address. Then
+    /// `retire` removes the finalizer (the object goes); otherwise the
+    /// machine returns to the pool as Available.
+    pub(super) fn deprovision(&mut self, retire: bool) -> Step {
+        let limits = self.o.limits;
+        if self.phase() != MachinePhase::Deprovisioning {
+            self.close_open_boot("abandoned");
+            self.clear_waiting();
+            self.start_run(MachinePhase::Deprovisioning);
+        }
+        let had_node = self.st.provisioned_revision.is_some() || self.st.node_ref.is_some();
+        if had_node {
+            match &self.o.node {
+                NodeObserved::Present(_) => {
+                    let node = self.node();
+                    self.push(Step::CordonNode(node.clone()));
+                    self.push(Step::DrainNode(node.clone()));
+                    self.push(Step::DeleteNode(node));
+                    return again();
+                }
+                NodeObserved::Unknown { .. } => return wait(limits.poll, "target cluster"),
+                NodeObserved::Absent | NodeObserved::NotConfigured => {}
+            }
+            if let ClassObserved::Present(c) = &self.o.class
+                && c.wipe_on_deprovision
+            {
+                if let Some(w) = self.retry_gate() {
+                    return w;
+                }
+                if let BootState::Pending(s) = self.run_boot(BootPurpose::Deprovision, None) {
+                    return s;
+                }
+            }
+        }
+        match self.o.bmc {
+            BmcObserved::Reachable { power } if power != PowerState::Off => {
+                self.push(Step::PowerOff);
+                return wait(limits.poll, "power off");
+            }
+            BmcObserved::Unreachable { .. } => return self.wait_bmc(),
+            BmcObserved::Reachable { .. } => {}
+        }
+        self.push(Step::ReleaseAddress);
+        if retire {
+            self.push(Step::RemoveFinalizer);
+            return Step::Requeue {
+                after: limits.resync,
+            };
+        }
+        if self.st.provisioned_revision.is_some() || self.st.node_ref.is_some() {
+            self.push(Step::ClearProvisioned);
+        }
+        self.condition(cond::PROVISIONED, "False", "Deprovisioned", String::new());
+        self.clear_progress(progress::NODE_REMOVED_FOR);
+        self.set_phase(MachinePhase::Available);
+        again()
+    }
+}
+
+fn fail_reason(purpose: BootPurpose, timeout: bool) -> &'static str {
+    match (purpose, timeout) {
+        (BootPurpose::Deprovision, false) => "WipeFailed",
+        (BootPurpose::Deprovision, true) => "WipeTimeout",
+        (_, false) => "InstallFailed",
+        (_, true) => "InstallTimeout",
+    }
+}

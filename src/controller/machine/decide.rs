@@ -1,0 +1,451 @@
+//! `decide`: from a Machine, what was observed and `now` to the next
+//! [`Plan`]. Pure and level-triggered: it looks only at its inputs, plans a
+//! status change only when something actually differs (so a settled machine
+//! gets a plan with no writes), and ends every plan with exactly one
+//! scheduling step. The network-boot part of the lifecycle is in
+//! [`super::boot`].
+
+use std::time::Duration;
+
+use jiff::Timestamp;
+
+use super::plan::{
+    BmcObserved, BootPurpose, ClassObserved, NodeObserved, Observed, Plan, Progress, Step,
+    apply_status, cond, node_name, progress,
+};
+use crate::api::condition::find_condition;
+use crate::api::{Condition, Machine, MachinePhase, MachineStatus, ObservedVersions, PowerState};
+
+/// Decide what to do next for `machine`.
+pub fn decide(machine: &Machine, observed: &Observed, now: Timestamp) -> Plan {
+    let mut p = Planner {
+        m: machine,
+        o: observed,
+        now,
+        st: machine.status.clone().unwrap_or_default(),
+        steps: Vec::new(),
+    };
+    let next = p.run();
+    p.push(next);
+    Plan { steps: p.steps }
+}
+
+/// The plan being built, with the status as it will be after the status
+/// steps planned so far.
+pub(super) struct Planner<'a> {
+    pub m: &'a Machine,
+    pub o: &'a Observed,
+    pub now: Timestamp,
+    pub st: MachineStatus,
+    pub steps: Vec<Step>,
+}
+
+pub(super) fn wait(after: Duration, what: &'static str) -> Step {
+    Step::WaitFor { after, what }
+}
+
+/// Look again right away: the plan changed something the next decision
+/// depends on.
+pub(super) fn again() -> Step {
+    Step::Requeue {
+        after: Duration::ZERO,
+    }
+}
+
+/// `b - a`, or zero when `b` is not after `a`.
+pub(super) fn elapsed(a: Timestamp, b: Timestamp) -> Duration {
+    Duration::try_from(b.duration_since(a)).unwrap_or(Duration::ZERO)
+}
+
+pub(super) fn parse_phase(s: &str) -> Option<MachinePhase> {
+    use MachinePhase::*;
+    [
+        Registering,
+        Available,
+        Provisioning,
+        Provisioned,
+        Ready,
+        Reimaging,
+        Deprovisioning,
+        Error,
+    ]
+    .into_iter()
+    .find(|p| p.as_str() == s)
+}
+
+impl Planner<'_> {
+    pub fn push(&mut self, s: Step) {
+        apply_status(&mut self.st, &s, self.now);
+        self.steps.push(s);
+    }
+
+    pub fn phase(&self) -> MachinePhase {
+        self.st.phase.unwrap_or_default()
+    }
+
+    pub fn progress(&self) -> Progress<'_> {
+        Progress(&self.st.progress)
+    }
+
+    pub fn set_phase(&mut self, p: MachinePhase) {
+        if self.st.phase != Some(p) {
+            self.push(Step::SetPhase(p));
+        }
+    }
+
+    pub fn condition(&mut self, type_: &str, status: &str, reason: &str, message: String) {
+        if let Some(c) = find_condition(&self.st.conditions, type_)
+            && c.status == status
+            && c.reason == reason
+            && c.message == message
+        {
+            return;
+        }
+        self.push(Step::SetCondition(Condition {
+            type_: type_.to_string(),
+            status: status.to_string(),
+            observed_generation: self.m.metadata.generation,
+            last_transition_time: self.now,
+            reason: reason.to_string(),
+            message,
+        }));
+    }
+
+    pub fn set_progress(&mut self, key: &'static str, value: String) {
+        if self.st.progress.get(key) != Some(&value) {
+            self.push(Step::SetProgress { key, value });
+        }
+    }
+
+    pub fn clear_progress(&mut self, key: &'static str) {
+        if self.st.progress.contains_key(key) {
+            self.push(Step::ClearProgress { key });
+        }
+    }
+
+    pub fn error(&mut self, reason: &str, message: String) {
+        if let Some(e) = &self.st.last_error
+            && e.reason == reason
+            && e.message == message
+        {
+            return;
+        }
+        self.push(Step::RecordError {
+            reason: reason.to_string(),
+            message,
+        });
+    }
+
+    pub fn clear_error(&mut self) {
+        if self.st.last_error.is_some() {
+            self.push(Step::ClearError);
+        }
+    }
+
+    /// Drop the `Waiting` condition's True once the machine moves on.
+    pub fn clear_waiting(&mut self) {
+        if find_condition(&self.st.conditions, cond::WAITING).is_some_and(|c| c.status == "True") {
+            self.condition(cond::WAITING, "False", "SlotAcquired", String::new());
+        }
+    }
+
+    pub fn has_finalizer(&self) -> bool {
+        self.m
+            .metadata
+            .finalizers
+            .iter()
+            .flatten()
+            .any(|f| f == super::plan::FINALIZER)
+    }
+
+    /// The Node this machine is (or will be) known as.
+    pub fn node(&self) -> String {
+        self.st
+            .node_ref
+            .as_ref()
+            .map(|r| r.name.clone())
+            .unwrap_or_else(|| node_name(self.m))
+    }
+
+    fn run(&mut self) -> Step {
+        let limits = self.o.limits;
+        if self.m.metadata.deletion_timestamp.is_some() {
+            if !self.has_finalizer() {
+                return Step::Requeue {
+                    after: limits.resync,
+                };
+            }
+            self.observe_bmc();
+            return self.deprovision(true);
+        }
+        if !self.has_finalizer() {
+            self.push(Step::AddFinalizer);
+        }
+        self.observe_bmc();
+        let phase = self.phase();
+        if matches!(
+            phase,
+            MachinePhase::Provisioned | MachinePhase::Ready | MachinePhase::Reimaging
+        ) {
+            self.observe_node();
+        }
+        let next = match phase {
+            MachinePhase::Registering => self.registering(),
+            MachinePhase::Available => self.available(),
+            MachinePhase::Provisioning => self.boot_phase(BootPurpose::Install),
+            MachinePhase::Reimaging => self.boot_phase(BootPurpose::Reimage),
+            MachinePhase::Provisioned => self.provisioned(),
+            MachinePhase::Ready => self.ready(),
+            MachinePhase::Deprovisioning => self.deprovision(false),
+            MachinePhase::Error => self.error_phase(),
+        };
+        if self.phase() != MachinePhase::Deprovisioning {
+            self.up_to_date();
+        }
+        next
+    }
+
+    fn observe_bmc(&mut self) {
+        match &self.o.bmc {
+            BmcObserved::Reachable { power } => {
+                self.condition(cond::BMC_REACHABLE, "True", "Reachable", String::new());
+                if self.st.power_state != Some(*power) {
+                    self.push(Step::SetPowerState(*power));
+                }
+                let (s, r) = match power {
+                    PowerState::On => ("True", "On"),
+                    PowerState::Off => ("False", "Off"),
+                    PowerState::Unknown => ("Unknown", "Unknown"),
+                };
+                self.condition(cond::POWER_STATE, s, r, String::new());
+                if self
+                    .st
+                    .last_error
+                    .as_ref()
+                    .is_some_and(|e| e.reason.starts_with("Bmc"))
+                {
+                    self.clear_error();
+                }
+            }
+            // The condition always tells; the last error only when the BMC
+            // is what holds the machine up (see `wait_bmc`), so it never
+            // hides a more important error such as an install timeout.
+            BmcObserved::Unreachable { reason, message } => {
+                self.condition(cond::BMC_REACHABLE, "False", reason, message.clone());
+            }
+        }
+    }
+
+    /// Wait for an unreachable BMC that the next step needs, saying so in
+    /// the last error.
+    pub fn wait_bmc(&mut self) -> Step {
+        if let BmcObserved::Unreachable { reason, message } = &self.o.bmc {
+            self.error(reason, message.clone());
+        }
+        wait(self.o.limits.bmc_retry, "BMC")
+    }
+
+    fn observe_node(&mut self) {
+        let name = self.node();
+        match &self.o.node {
+            NodeObserved::NotConfigured => {}
+            NodeObserved::Absent => self.condition(
+                cond::NODE_READY,
+                "False",
+                "NodeNotFound",
+                format!("node {name} is not registered"),
+            ),
+            NodeObserved::Unknown { message } => self.condition(
+                cond::NODE_READY,
+                "Unknown",
+                "ClusterUnreachable",
+                message.clone(),
+            ),
+            NodeObserved::Present(n) => {
+                if self.st.node_ref.as_ref().map(|r| &r.name) != Some(&n.name) {
+                    self.push(Step::SetNodeRef(n.name.clone()));
+                }
+                let obs = ObservedVersions {
+                    image: self.st.observed.as_ref().and_then(|o| o.image.clone()),
+                    kubelet_version: Some(n.kubelet_version.clone()),
+                    container_runtime: Some(n.container_runtime_version.clone()),
+                    os_image: Some(n.os_image.clone()),
+                };
+                if self.st.observed.as_ref() != Some(&obs) {
+                    self.push(Step::SetObserved(obs));
+                }
+                let cordoned = if n.unschedulable {
+                    "node is cordoned".to_string()
+                } else {
+                    String::new()
+                };
+                if n.ready {
+                    self.condition(cond::NODE_READY, "True", "KubeletReady", cordoned);
+                } else {
+                    self.condition(cond::NODE_READY, "False", "KubeletNotReady", cordoned);
+                }
+            }
+        }
+    }
+
+    fn up_to_date(&mut self) {
+        let (Some(have), ClassObserved::Present(c)) =
+            (&self.st.provisioned_revision, &self.o.class)
+        else {
+            return;
+        };
+        let (have, want) = (have.clone(), c.revision.clone());
+        if have == want {
+            self.condition(
+                cond::UP_TO_DATE,
+                "True",
+                "RevisionInstalled",
+                format!("revision {have}"),
+            );
+        } else {
+            self.condition(
+                cond::UP_TO_DATE,
+                "False",
+                "RevisionChanged",
+                format!("installed revision {have}, class wants {want}"),
+            );
+        }
+    }
+
+    fn registering(&mut self) -> Step {
+        self.set_phase(MachinePhase::Registering);
+        if !matches!(self.o.bmc, BmcObserved::Reachable { .. }) {
+            return self.wait_bmc();
+        }
+        let Some(inv) = &self.st.inventory else {
+            self.push(Step::ReadInventory);
+            return again();
+        };
+        if self.m.spec.boot_mac_address.is_none() {
+            match inv.nics.iter().find(|n| !n.mac.is_empty()) {
+                Some(nic) => {
+                    let mac = nic.mac.to_ascii_lowercase();
+                    self.push(Step::SetBootMac(mac));
+                }
+                None => {
+                    self.error(
+                        "NoBootMac",
+                        "the BMC lists no NIC MAC address; set spec.bootMACAddress".into(),
+                    );
+                    return wait(self.o.limits.bmc_retry, "boot MAC");
+                }
+            }
+        }
+        self.clear_error();
+        self.set_phase(MachinePhase::Available);
+        again()
+    }
+
+    fn available(&mut self) -> Step {
+        let limits = self.o.limits;
+        match &self.o.class {
+            ClassObserved::NotReferenced => {
+                self.clear_waiting();
+                let BmcObserved::Reachable { power } = self.o.bmc else {
+                    return self.wait_bmc();
+                };
+                let want = if self.m.spec.online {
+                    PowerState::On
+                } else {
+                    PowerState::Off
+                };
+                if power == want {
+                    return Step::Requeue {
+                        after: limits.resync,
+                    };
+                }
+                self.push(if self.m.spec.online {
+                    Step::PowerOn
+                } else {
+                    Step::PowerOff
+                });
+                wait(limits.poll, "power state")
+            }
+            ClassObserved::Missing { name } => {
+                let msg = format!("MachineClass {name} does not exist");
+                self.condition(cond::PROVISIONED, "False", "ClassNotFound", msg);
+                Step::Requeue {
+                    after: limits.resync,
+                }
+            }
+            ClassObserved::Present(c) => {
+                let msg = format!("installing class {}", c.name);
+                self.condition(cond::PROVISIONED, "False", "Provisioning", msg);
+                self.start_run(MachinePhase::Provisioning);
+                again()
+            }
+        }
+    }
+
+    /// Enter a phase that runs a network boot: boots minted before now do
+    /// not count for it, and failures start from zero.
+    pub fn start_run(&mut self, phase: MachinePhase) {
+        let prev = self
+            .st
+            .boot
+            .as_ref()
+            .map_or_else(|| "none".to_string(), |b| b.id.clone());
+        self.set_progress(progress::PREVIOUS_BOOT, prev);
+        self.clear_progress(progress::ATTEMPTS);
+        self.clear_progress(progress::RETRY_AT);
+        self.set_phase(phase);
+    }
+
+    fn ready(&mut self) -> Step {
+        let resync = Step::Requeue {
+            after: self.o.limits.resync,
+        };
+        match &self.o.class {
+            ClassObserved::NotReferenced => {
+                self.start_run(MachinePhase::Deprovisioning);
+                again()
+            }
+            ClassObserved::Missing { .. } => resync,
+            ClassObserved::Present(c) => {
+                let request = self
+                    .m
+                    .metadata
+                    .annotations
+                    .as_ref()
+                    .and_then(|a| a.get(super::plan::REIMAGE_ANNOTATION))
+                    .filter(|v| !v.is_empty())
+                    .filter(|v| self.progress().get(progress::REIMAGE_REQUEST) != Some(v))
+                    .cloned();
+                let changed = self.st.provisioned_revision.as_deref() != Some(&c.revision);
+                if !changed && request.is_none() {
+                    return resync;
+                }
+                if let Some(v) = request {
+                    self.set_progress(progress::REIMAGE_REQUEST, v);
+                }
+                self.start_run(MachinePhase::Reimaging);
+                again()
+            }
+        }
+    }
+
+    /// Wait out the retry backoff, if one is running.
+    pub fn retry_gate(&mut self) -> Option<Step> {
+        let at = self.progress().time(progress::RETRY_AT)?;
+        (at > self.now).then(|| wait(elapsed(self.now, at), "retry backoff"))
+    }
+
+    fn error_phase(&mut self) -> Step {
+        if let Some(w) = self.retry_gate() {
+            return w;
+        }
+        let back = self
+            .progress()
+            .get(progress::ERROR_FROM)
+            .and_then(parse_phase)
+            .filter(|p| *p != MachinePhase::Error)
+            .unwrap_or(MachinePhase::Registering);
+        self.set_phase(back);
+        again()
+    }
+}

@@ -1,0 +1,388 @@
+//! The executor: carries out a [`Plan`] for one Machine, step by step,
+//! through the store, the BMC and the target cluster.
+//!
+//! The crash-safety rule lives here: status steps are applied to a local
+//! copy and written (`update_status`) before the next effect or metadata
+//! step runs, so a step marker (a minted boot, `powerCycledFor`) is durable
+//! before the side effect it guards. A write conflict stops the plan (the
+//! next reconcile decides again from fresh state); a failed effect is
+//! recorded in status (`lastError`, conditions) and stops the plan too.
+//!
+//! Owns no decisions: what to do comes from `decide`; this file only knows
+//! how to do each step.
+
+use std::time::Duration;
+
+use jiff::Timestamp;
+
+use super::plan::{BootPurpose, Plan, Step, StepKind, apply_status, cond};
+use crate::api::{BootMode, BootRecord, Condition, Machine, MachinePhase};
+use crate::bmc::{Bmc, BmcError, FirmwareMode, PowerAction};
+use crate::cluster::{ClusterError, DrainOptions, TargetCluster};
+use crate::controller::feed::ObjectKey;
+use crate::controller::storm::BootSlots;
+use crate::store::events::{EventType, Regarding, record};
+use crate::store::{Store, StoreError, TypedStore};
+
+/// How a plan's execution ended.
+#[derive(Debug, PartialEq)]
+pub enum Outcome {
+    /// Every step ran; look again after this long (the plan's schedule).
+    Done(Option<Duration>),
+    /// Stopped early (write conflict, failed effect, no boot slot): look
+    /// again after this long.
+    Stopped(Duration),
+    /// The object is gone (finalizer removed, or deleted meanwhile).
+    Gone,
+}
+
+/// How soon to look again after a write conflict.
+pub const CONFLICT_RETRY: Duration = Duration::from_millis(200);
+
+/// A BMC error's reason for `lastError` and conditions, always starting
+/// with `Bmc` (decide clears stale BMC errors by that prefix).
+pub fn bmc_reason(e: &BmcError) -> String {
+    let r = e.reason();
+    if r.starts_with("Bmc") {
+        r.to_string()
+    } else {
+        format!("Bmc{r}")
+    }
+}
+
+/// What the executor works with, borrowed for one reconcile.
+pub struct Executor<'a> {
+    pub store: &'a dyn Store,
+    pub key: &'a ObjectKey,
+    pub bmc: Option<&'a dyn Bmc>,
+    pub cluster: Option<&'a dyn TargetCluster>,
+    pub slots: &'a BootSlots<ObjectKey>,
+    pub drain: &'a DrainOptions,
+    /// Wait after a failed BMC action.
+    pub bmc_retry: Duration,
+    /// Wait after a failed cluster action, or for a boot slot.
+    pub poll: Duration,
+    pub now: Timestamp,
+}
+
+/// The machine being worked on, with its unwritten status changes.
+struct Work {
+    m: Machine,
+    dirty: bool,
+    /// Phase as last written (for transition events).
+    written_phase: Option<MachinePhase>,
+}
+
+enum Stop {
+    Conflict,
+    Gone,
+    Store(StoreError),
+    After(Duration),
+}
+
+impl From<StoreError> for Stop {
+    fn from(e: StoreError) -> Self {
+        if e.is_conflict() {
+            Stop::Conflict
+        } else if e.is_not_found() {
+            Stop::Gone
+        } else {
+            Stop::Store(e)
+        }
+    }
+}
+
+impl Executor<'_> {
+    /// Run `plan` on `machine` (as read from the store at the start of
+    /// this reconcile). Store errors other than conflicts and not-found are
+    /// returned for the runner to back off on.
+    pub async fn run(&self, machine: Machine, plan: &Plan) -> Result<Outcome, StoreError> {
+        let phase = machine.status.as_ref().and_then(|s| s.phase);
+        let mut w = Work {
+            m: machine,
+            dirty: false,
+            written_phase: phase,
+        };
+        let mut result = Ok(Outcome::Done(plan.requeue_after()));
+        for step in &plan.steps {
+            if let Err(stop) = self.step(&mut w, step).await {
+                result = self.stopped(stop);
+                break;
+            }
+        }
+        if matches!(result, Ok(Outcome::Done(_)))
+            && let Err(stop) = self.flush(&mut w).await
+        {
+            result = self.stopped(stop);
+        }
+        self.settle_slot(&w.m, &result);
+        result
+    }
+
+    fn stopped(&self, stop: Stop) -> Result<Outcome, StoreError> {
+        match stop {
+            Stop::Conflict => Ok(Outcome::Stopped(CONFLICT_RETRY)),
+            Stop::Gone => Ok(Outcome::Gone),
+            Stop::After(d) => Ok(Outcome::Stopped(d)),
+            Stop::Store(e) => Err(e),
+        }
+    }
+
+    /// Hold a boot-storm slot exactly while the machine has an open boot.
+    fn settle_slot(&self, m: &Machine, result: &Result<Outcome, StoreError>) {
+        if matches!(result, Ok(Outcome::Gone)) {
+            self.slots.release(self.key);
+            return;
+        }
+        let holds = m.status.as_ref().is_some_and(super::plan::holds_boot_slot);
+        if holds {
+            self.slots.restore(self.key.clone());
+        } else {
+            self.slots.release(self.key);
+        }
+    }
+
+    async fn step(&self, w: &mut Work, step: &Step) -> Result<(), Stop> {
+        match step.kind() {
+            StepKind::Status => {
+                self.status_step(w, step)?;
+                Ok(())
+            }
+            StepKind::Metadata => {
+                self.flush(w).await?;
+                self.metadata_step(w, step).await
+            }
+            StepKind::Effect => {
+                self.flush(w).await?;
+                self.effect(w, step).await
+            }
+            StepKind::Schedule => Ok(()),
+        }
+    }
+
+    fn status_step(&self, w: &mut Work, step: &Step) -> Result<(), Stop> {
+        let st = w.m.status.get_or_insert_with(Default::default);
+        if let Step::MintBoot { purpose, revision } = step {
+            // The slot is taken before the boot exists; a race lost to
+            // another machine leaves this one waiting.
+            if !self.slots.acquire(self.key) {
+                return Err(Stop::After(self.poll));
+            }
+            st.boot = Some(mint(*purpose, revision.clone(), self.now));
+        } else {
+            apply_status(st, step, self.now);
+        }
+        w.dirty = true;
+        Ok(())
+    }
+
+    /// Write pending status changes, and record a phase transition event.
+    async fn flush(&self, w: &mut Work) -> Result<(), Stop> {
+        if !w.dirty {
+            return Ok(());
+        }
+        let written = self.store.update_status_obj(&w.m).await?;
+        w.m = written;
+        w.dirty = false;
+        let phase = w.m.status.as_ref().and_then(|s| s.phase);
+        if phase != w.written_phase {
+            self.phase_event(&w.m, w.written_phase, phase).await;
+            w.written_phase = phase;
+        }
+        Ok(())
+    }
+
+    async fn phase_event(&self, m: &Machine, from: Option<MachinePhase>, to: Option<MachinePhase>) {
+        let Some(to) = to else { return };
+        let from = from.map_or("(new)", MachinePhase::as_str);
+        let (type_, message) = match (to, m.status.as_ref().and_then(|s| s.last_error.as_ref())) {
+            (MachinePhase::Error, Some(e)) => (
+                EventType::Warning,
+                format!("{from} → {}: {}: {}", to.as_str(), e.reason, e.message),
+            ),
+            _ => (EventType::Normal, format!("{from} → {}", to.as_str())),
+        };
+        self.event(m, type_, to.as_str(), &message).await;
+    }
+
+    pub async fn event(&self, m: &Machine, type_: EventType, reason: &str, message: &str) {
+        let about = regarding(self.key, m);
+        if let Err(e) = record(self.store, &about, type_, reason, message).await {
+            tracing::debug!(error = %e, "cannot record event");
+        }
+    }
+
+    async fn metadata_step(&self, w: &mut Work, step: &Step) -> Result<(), Stop> {
+        let mut m = w.m.clone();
+        match step {
+            Step::AddFinalizer => {
+                let f = m.metadata.finalizers.get_or_insert_with(Vec::new);
+                if !f.iter().any(|x| x == super::plan::FINALIZER) {
+                    f.push(super::plan::FINALIZER.to_string());
+                }
+            }
+            Step::RemoveFinalizer => {
+                if let Some(f) = m.metadata.finalizers.as_mut() {
+                    f.retain(|x| x != super::plan::FINALIZER);
+                }
+                let gone = m.metadata.deletion_timestamp.is_some()
+                    && m.metadata.finalizers.as_ref().is_none_or(Vec::is_empty);
+                self.store.update_obj(&m).await?;
+                if gone {
+                    return Err(Stop::Gone);
+                }
+                return Ok(());
+            }
+            Step::SetBootMac(mac) => {
+                m.spec.boot_mac_address = Some(mac.clone());
+                self.event(&w.m, EventType::Normal, "BootMacLearned", mac)
+                    .await;
+            }
+            _ => return Ok(()),
+        }
+        w.m = self.store.update_obj(&m).await?;
+        Ok(())
+    }
+
+    async fn effect(&self, w: &mut Work, step: &Step) -> Result<(), Stop> {
+        match step {
+            Step::ReadInventory
+            | Step::SetBootOnce(_)
+            | Step::PowerOn
+            | Step::PowerCycle
+            | Step::PowerOff => match self.bmc_effect(w, step).await {
+                Ok(()) => Ok(()),
+                Err(e) => self.bmc_failed(w, step, &e).await,
+            },
+            Step::CordonNode(_)
+            | Step::DrainNode(_)
+            | Step::DeleteNode(_)
+            | Step::UncordonNode(_) => match self.cluster_effect(step).await {
+                Ok(()) => Ok(()),
+                Err(e) => self.cluster_failed(w, step, &e).await,
+            },
+            // The DHCP server keeps its lease table to itself (no handle
+            // reaches it from here), and a Machine's address is reserved by
+            // its spec, not leased from the pool: once the Machine is gone
+            // the reservation goes with it and any dynamic lease the server
+            // handed out during PXE simply expires. Nothing to do.
+            Step::ReleaseAddress => Ok(()),
+            _ => Ok(()),
+        }
+    }
+
+    async fn bmc_effect(&self, w: &mut Work, step: &Step) -> Result<(), BmcError> {
+        let Some(bmc) = self.bmc else {
+            return Err(BmcError::Config("no BMC connection".into()));
+        };
+        match step {
+            Step::ReadInventory => {
+                let inv = bmc.inventory().await?;
+                let st = w.m.status.get_or_insert_with(Default::default);
+                st.inventory = Some(inv);
+                w.dirty = true;
+            }
+            Step::SetBootOnce(dev) => {
+                let mode = match w.m.spec.boot_mode.unwrap_or_default() {
+                    BootMode::Uefi => FirmwareMode::Uefi,
+                    BootMode::Legacy => FirmwareMode::Legacy,
+                };
+                bmc.set_boot_once(*dev, mode).await?;
+            }
+            Step::PowerOn => bmc.power(PowerAction::On).await?,
+            Step::PowerCycle => bmc.power(PowerAction::Cycle).await?,
+            Step::PowerOff => bmc.power(PowerAction::ForceOff).await?,
+            _ => {}
+        }
+        Ok(())
+    }
+
+    async fn bmc_failed(&self, w: &mut Work, step: &Step, e: &BmcError) -> Result<(), Stop> {
+        let reason = bmc_reason(e);
+        let message = format!("{step}: {e}");
+        tracing::warn!(%step, error = %e, "BMC action failed");
+        self.event(&w.m, EventType::Warning, &reason, &message)
+            .await;
+        let cond = condition(
+            &w.m,
+            cond::BMC_REACHABLE,
+            "False",
+            &reason,
+            &message,
+            self.now,
+        );
+        self.status_step(w, &Step::SetCondition(cond))?;
+        self.status_step(w, &Step::RecordError { reason, message })?;
+        self.flush(w).await?;
+        Err(Stop::After(self.bmc_retry))
+    }
+
+    async fn cluster_effect(&self, step: &Step) -> Result<(), ClusterError> {
+        let Some(c) = self.cluster else {
+            // Without a target cluster decide plans no Node steps; a stale
+            // one is harmless to skip.
+            return Ok(());
+        };
+        match step {
+            Step::CordonNode(n) => c.cordon(n).await,
+            Step::UncordonNode(n) => c.uncordon(n).await,
+            Step::DrainNode(n) => c.drain(n, self.drain).await.map(|_| ()),
+            Step::DeleteNode(n) => c.delete_node(n).await,
+            _ => Ok(()),
+        }
+    }
+
+    async fn cluster_failed(
+        &self,
+        w: &mut Work,
+        step: &Step,
+        e: &ClusterError,
+    ) -> Result<(), Stop> {
+        let reason = e.reason().to_string();
+        let message = format!("{step}: {e}");
+        tracing::warn!(%step, error = %e, "cluster action failed");
+        self.event(&w.m, EventType::Warning, &reason, &message)
+            .await;
+        self.status_step(w, &Step::RecordError { reason, message })?;
+        self.flush(w).await?;
+        Err(Stop::After(self.poll))
+    }
+}
+
+/// A new boot record (its token is derived from the id by the boot path).
+pub fn mint(purpose: BootPurpose, revision: Option<String>, now: Timestamp) -> BootRecord {
+    BootRecord {
+        id: uuid::Uuid::new_v4().to_string(),
+        purpose: purpose.as_str().to_string(),
+        revision,
+        minted_at: now,
+        ..BootRecord::default()
+    }
+}
+
+fn condition(
+    m: &Machine,
+    type_: &str,
+    status: &str,
+    reason: &str,
+    message: &str,
+    now: Timestamp,
+) -> Condition {
+    Condition {
+        type_: type_.to_string(),
+        status: status.to_string(),
+        observed_generation: m.metadata.generation,
+        last_transition_time: now,
+        reason: reason.to_string(),
+        message: message.to_string(),
+    }
+}
+
+pub fn regarding(key: &ObjectKey, m: &Machine) -> Regarding {
+    Regarding {
+        kind: crate::api::Kind::Machine,
+        namespace: key.namespace.clone(),
+        name: key.name.clone(),
+        uid: m.metadata.uid.clone(),
+    }
+}

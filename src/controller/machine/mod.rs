@@ -1,0 +1,20 @@
+//! The Machine controller. [`plan`] holds the lifecycle as data and
+//! [`decide`] is the pure function from (Machine, what was observed, now)
+//! to the next steps; an executor (BMC, store, target cluster) carries them
+//! out.
+
+mod boot;
+pub mod decide;
+pub mod execute;
+pub mod plan;
+pub mod reconcile;
+
+#[cfg(test)]
+mod tests;
+
+pub use decide::decide;
+pub use plan::{
+    BmcObserved, BootPurpose, ClassObserved, ClassView, Limits, NodeObserved, Observed, Plan, Step,
+    desired_revision,
+};
+pub use reconcile::MachineReconciler;

@@ -1,0 +1,545 @@
+//! The Machine lifecycle as data: what [`decide`](super::decide::decide)
+//! takes (the Machine, what was [`Observed`], `now`) and returns (a [`Plan`]
+//! of [`Step`]s), plus the pure helpers both it and the executor need
+//! ([`desired_revision`], [`apply_status`], reading boot outcomes).
+//!
+//! Pure: no BMC, store or cluster calls, no clocks, no randomness here.
+//!
+//! The crash-safety rule a plan keeps: the executor persists every status
+//! step before it runs the next effect step, and a non-repeatable effect
+//! (a power cycle) is always preceded by a status marker naming the boot it
+//! serves (`progress["powerCycledFor"] = boot id`). After a crash, `decide`
+//! sees the marker and does not cycle again. Repeatable effects (cordon,
+//! drain, delete Node, power on/off, boot override, release address) need no
+//! marker: doing them twice is harmless, and their result is observable.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::time::Duration;
+
+use jiff::Timestamp;
+use serde::Serialize;
+use sha2::{Digest, Sha256};
+
+use crate::api::condition::set_condition;
+use crate::api::{
+    BootRecord, Condition, ContainerRuntime, LastError, LocalObjectReference, Machine,
+    MachineClass, MachinePhase, MachineStatus, ObservedVersions, OsImage, PowerState,
+};
+use crate::bmc::BootDevice;
+use crate::cluster::NodeState;
+
+/// Finalizer that keeps a Machine until it is deprovisioned.
+pub const FINALIZER: &str = "metalherd.dev/machine";
+/// Annotation asking for a reimage; a new value asks again.
+pub const REIMAGE_ANNOTATION: &str = "metalherd.dev/reimage";
+
+/// Keys of `status.progress` (step markers that survive restarts).
+pub mod progress {
+    /// Boot id the server was power-cycled (or powered on) for.
+    pub const POWER_CYCLED_FOR: &str = "powerCycledFor";
+    /// When that happened; the install deadline runs from here.
+    pub const POWERED_AT: &str = "poweredAt";
+    /// Boot id after whose install the boot device was set to the disk.
+    pub const DISK_BOOT_FOR: &str = "diskBootFor";
+    /// Boot id whose reimage already cordoned, drained and deleted the Node.
+    pub const NODE_REMOVED_FOR: &str = "nodeRemovedFor";
+    /// The boot that was current when this provisioning or reimage began;
+    /// only boots other than it belong to the run.
+    pub const PREVIOUS_BOOT: &str = "previousBoot";
+    /// The reimage annotation value already acted on.
+    pub const REIMAGE_REQUEST: &str = "reimageRequest";
+    /// Failed boots in a row.
+    pub const ATTEMPTS: &str = "attempts";
+    /// Do not retry before this time (RFC 3339).
+    pub const RETRY_AT: &str = "retryAt";
+    /// The phase an `Error` returns to when retried.
+    pub const ERROR_FROM: &str = "errorFrom";
+}
+
+/// Condition types a Machine carries.
+pub mod cond {
+    pub const BMC_REACHABLE: &str = "BmcReachable";
+    pub const POWER_STATE: &str = "PowerState";
+    pub const PROVISIONED: &str = "Provisioned";
+    pub const NODE_READY: &str = "NodeReady";
+    pub const UP_TO_DATE: &str = "UpToDate";
+    /// True while the machine waits for a boot-storm slot.
+    pub const WAITING: &str = "Waiting";
+}
+
+/// Why a network boot is minted.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BootPurpose {
+    Install,
+    Reimage,
+    Deprovision,
+}
+
+impl BootPurpose {
+    /// The word in `status.boot.purpose` (the boot directory reads it).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            BootPurpose::Install => "install",
+            BootPurpose::Reimage => "reimage",
+            BootPurpose::Deprovision => "deprovision",
+        }
+    }
+}
+
+/// What the BMC said this time.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum BmcObserved {
+    Reachable {
+        power: PowerState,
+    },
+    /// `reason` is CamelCase (`BmcBadCredentials`, `BmcUnreachable`).
+    Unreachable {
+        reason: String,
+        message: String,
+    },
+}
+
+/// The Machine's class, as far as the lifecycle cares.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ClassView {
+    pub name: String,
+    /// [`desired_revision`] of the machine with this class.
+    pub revision: String,
+    /// The kubelet version a node must report after (re)install.
+    pub kubelet_version: String,
+    pub wipe_on_deprovision: bool,
+}
+
+impl ClassView {
+    pub fn new(machine: &Machine, class: &MachineClass) -> ClassView {
+        let ov = machine.spec.overrides.as_ref();
+        ClassView {
+            name: class.metadata.name.clone().unwrap_or_default(),
+            revision: desired_revision(machine, class),
+            kubelet_version: ov
+                .and_then(|o| o.kubelet_version.clone())
+                .unwrap_or_else(|| class.spec.kubernetes.version.clone()),
+            wipe_on_deprovision: class.spec.wipe_on_deprovision,
+        }
+    }
+}
+
+/// The class reference, resolved.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ClassObserved {
+    /// `spec.classRef` is absent.
+    NotReferenced,
+    /// Referenced but not in the store.
+    Missing {
+        name: String,
+    },
+    Present(ClassView),
+}
+
+/// The machine's Node in the target cluster.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum NodeObserved {
+    /// No kubeconfig for a target cluster: the `booted` call-home stands in
+    /// for Node readiness.
+    NotConfigured,
+    Absent,
+    Present(NodeState),
+    /// The cluster could not be asked.
+    Unknown {
+        message: String,
+    },
+}
+
+/// Deadlines and pacing.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Limits {
+    /// From power-on to the installer's `installed` call-home.
+    pub install_deadline: Duration,
+    /// From `installed` to a Ready Node (or the `booted` call-home).
+    pub join_deadline: Duration,
+    /// How often to look while waiting for a boot or a Node.
+    pub poll: Duration,
+    /// How long to wait before asking an unreachable BMC again.
+    pub bmc_retry: Duration,
+    /// How long to wait for a boot-storm slot before looking again.
+    pub slot_wait: Duration,
+    /// Periodic look at a settled machine.
+    pub resync: Duration,
+    /// Backoff after failed boots: `retry_base * 2^(attempts-1)`, capped.
+    pub retry_base: Duration,
+    pub retry_cap: Duration,
+    /// Failed boots in a row before the machine goes to `Error`.
+    pub max_boot_attempts: u32,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            install_deadline: Duration::from_secs(30 * 60),
+            join_deadline: Duration::from_secs(20 * 60),
+            poll: Duration::from_secs(15),
+            bmc_retry: Duration::from_secs(30),
+            slot_wait: Duration::from_secs(10),
+            resync: Duration::from_secs(300),
+            retry_base: Duration::from_secs(30),
+            retry_cap: Duration::from_secs(3600),
+            max_boot_attempts: 3,
+        }
+    }
+}
+
+impl Limits {
+    pub fn retry_after(&self, attempts: u32) -> Duration {
+        let shift = attempts.saturating_sub(1).min(31);
+        self.retry_base
+            .checked_mul(1u32 << shift)
+            .unwrap_or(self.retry_cap)
+            .min(self.retry_cap)
+    }
+}
+
+/// Everything `decide` knows besides the Machine itself.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Observed {
+    pub bmc: BmcObserved,
+    pub class: ClassObserved,
+    pub node: NodeObserved,
+    /// The boot-storm limit lets this machine start (or keep) a boot: the
+    /// executor asks `BootSlots::would_admit`, takes the slot when the plan
+    /// mints a boot, and gives it back once [`holds_boot_slot`] is false.
+    pub boot_slot: bool,
+    pub limits: Limits,
+}
+
+/// One thing to do. Status steps only edit `status` (see [`apply_status`]);
+/// metadata steps edit metadata or spec; effects reach the BMC or the
+/// target cluster; the last step of every plan schedules the next look.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Step {
+    // metadata and spec
+    AddFinalizer,
+    RemoveFinalizer,
+    /// Learned from inventory: write `spec.bootMACAddress`.
+    SetBootMac(String),
+    // status
+    SetPhase(MachinePhase),
+    SetPowerState(PowerState),
+    SetCondition(Condition),
+    SetProgress {
+        key: &'static str,
+        value: String,
+    },
+    ClearProgress {
+        key: &'static str,
+    },
+    RecordError {
+        reason: String,
+        message: String,
+    },
+    ClearError,
+    /// The executor writes a new `status.boot` with a fresh id and token.
+    MintBoot {
+        purpose: BootPurpose,
+        revision: Option<String>,
+    },
+    /// Close the current boot (its token dies) with this outcome.
+    CompleteBoot {
+        outcome: String,
+    },
+    MarkProvisioned {
+        revision: String,
+    },
+    /// Forget what was installed (back to the pool).
+    ClearProvisioned,
+    SetNodeRef(String),
+    SetObserved(ObservedVersions),
+    // effects
+    ReadInventory,
+    SetBootOnce(BootDevice),
+    PowerOn,
+    PowerCycle,
+    PowerOff,
+    CordonNode(String),
+    DrainNode(String),
+    DeleteNode(String),
+    UncordonNode(String),
+    ReleaseAddress,
+    // scheduling
+    /// Look again after this long; `what` says what is awaited.
+    WaitFor {
+        after: Duration,
+        what: &'static str,
+    },
+    Requeue {
+        after: Duration,
+    },
+}
+
+/// How a step is carried out.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StepKind {
+    Metadata,
+    Status,
+    Effect,
+    Schedule,
+}
+
+impl Step {
+    pub fn kind(&self) -> StepKind {
+        use Step::*;
+        match self {
+            AddFinalizer | RemoveFinalizer | SetBootMac(_) => StepKind::Metadata,
+            ReadInventory | SetBootOnce(_) | PowerOn | PowerCycle | PowerOff | CordonNode(_)
+            | DrainNode(_) | DeleteNode(_) | UncordonNode(_) | ReleaseAddress => StepKind::Effect,
+            WaitFor { .. } | Requeue { .. } => StepKind::Schedule,
+            _ => StepKind::Status,
+        }
+    }
+}
+
+impl fmt::Display for Step {
+    /// Compact form for logs, events and tests: `SetPhase(Ready)`,
+    /// `SetCondition(Waiting=True:BootStormLimit)`, `WaitFor(install)`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        use Step::*;
+        match self {
+            SetBootMac(m) => write!(f, "SetBootMac({m})"),
+            SetPhase(p) => write!(f, "SetPhase({})", p.as_str()),
+            SetPowerState(p) => write!(f, "SetPowerState({p:?})"),
+            SetCondition(c) => write!(f, "SetCondition({}={}:{})", c.type_, c.status, c.reason),
+            SetProgress { key, value } => write!(f, "SetProgress({key}={value})"),
+            ClearProgress { key } => write!(f, "ClearProgress({key})"),
+            RecordError { reason, .. } => write!(f, "RecordError({reason})"),
+            MintBoot { purpose, revision } => {
+                write!(
+                    f,
+                    "MintBoot({},{})",
+                    purpose.as_str(),
+                    revision.as_deref().unwrap_or("-")
+                )
+            }
+            CompleteBoot { outcome } => write!(f, "CompleteBoot({outcome})"),
+            MarkProvisioned { revision } => write!(f, "MarkProvisioned({revision})"),
+            SetNodeRef(n) => write!(f, "SetNodeRef({n})"),
+            SetObserved(o) => write!(
+                f,
+                "SetObserved({})",
+                o.kubelet_version.as_deref().unwrap_or("-")
+            ),
+            SetBootOnce(d) => write!(f, "SetBootOnce({d:?})"),
+            CordonNode(n) => write!(f, "CordonNode({n})"),
+            DrainNode(n) => write!(f, "DrainNode({n})"),
+            DeleteNode(n) => write!(f, "DeleteNode({n})"),
+            UncordonNode(n) => write!(f, "UncordonNode({n})"),
+            WaitFor { what, .. } => write!(f, "WaitFor({what})"),
+            Requeue { after } => write!(f, "Requeue({}s)", after.as_secs()),
+            other => write!(f, "{other:?}"),
+        }
+    }
+}
+
+/// The steps to take now, in order.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Plan {
+    pub steps: Vec<Step>,
+}
+
+impl Plan {
+    /// When to look again (the plan's last step).
+    pub fn requeue_after(&self) -> Option<Duration> {
+        self.steps.iter().rev().find_map(|s| match s {
+            Step::WaitFor { after, .. } | Step::Requeue { after } => Some(*after),
+            _ => None,
+        })
+    }
+
+    pub fn effects(&self) -> impl Iterator<Item = &Step> {
+        self.steps.iter().filter(|s| s.kind() == StepKind::Effect)
+    }
+}
+
+impl fmt::Display for Plan {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let parts: Vec<String> = self.steps.iter().map(Step::to_string).collect();
+        f.write_str(&parts.join(" → "))
+    }
+}
+
+#[derive(Serialize)]
+struct RevisionInput<'a> {
+    image: &'a OsImage,
+    kubelet: &'a str,
+    runtime: &'a ContainerRuntime,
+}
+
+/// The revision a machine should run: a hash of its OS image, kubelet
+/// version and container runtime, each taken from the machine's overrides
+/// when set, else from its class. Equal inputs give equal revisions; any
+/// change gives a new one (16 hex characters).
+pub fn desired_revision(machine: &Machine, class: &MachineClass) -> String {
+    let ov = machine.spec.overrides.as_ref();
+    let input = RevisionInput {
+        image: ov
+            .and_then(|o| o.image.as_ref())
+            .unwrap_or(&class.spec.image),
+        kubelet: ov
+            .and_then(|o| o.kubelet_version.as_deref())
+            .unwrap_or(&class.spec.kubernetes.version),
+        runtime: ov
+            .and_then(|o| o.container_runtime.as_ref())
+            .unwrap_or(&class.spec.container_runtime),
+    };
+    // Plain structs with string keys: serializing cannot fail.
+    let bytes = serde_json::to_vec(&input).unwrap_or_default();
+    let digest = Sha256::digest(&bytes);
+    hex::encode(&digest[..8])
+}
+
+/// The Node name a machine registers as: its hostname, else its name.
+pub fn node_name(machine: &Machine) -> String {
+    machine
+        .spec
+        .network
+        .as_ref()
+        .and_then(|n| n.hostname.clone())
+        .or_else(|| machine.metadata.name.clone())
+        .unwrap_or_default()
+}
+
+/// How a boot ended, from its record or the boot history.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum BootOutcome {
+    Installed,
+    Wiped,
+    Failed(String),
+    /// Closed by the controller (superseded, timed out, abandoned).
+    Ended(String),
+}
+
+/// The outcome of `boot`, if it has one yet: the record's `outcome`, else
+/// the installer's call-home in `status.bootHistory`.
+pub fn boot_outcome(status: &MachineStatus, boot: &BootRecord) -> Option<BootOutcome> {
+    let failed_detail = || {
+        status
+            .boot_history
+            .iter()
+            .rev()
+            .find(|e| e.boot_id.as_deref() == Some(&boot.id) && e.step == "Failed")
+            .map(|e| e.detail.clone())
+            .unwrap_or_default()
+    };
+    if let Some(o) = &boot.outcome {
+        return Some(match o.as_str() {
+            "installed" => BootOutcome::Installed,
+            "wiped" => BootOutcome::Wiped,
+            "failed" => BootOutcome::Failed(failed_detail()),
+            other => BootOutcome::Ended(other.to_string()),
+        });
+    }
+    status
+        .boot_history
+        .iter()
+        .filter(|e| e.boot_id.as_deref() == Some(&boot.id))
+        .find_map(|e| match e.step.as_str() {
+            "Installed" => Some(BootOutcome::Installed),
+            "Wiped" => Some(BootOutcome::Wiped),
+            "Failed" => Some(BootOutcome::Failed(e.detail.clone())),
+            _ => None,
+        })
+}
+
+/// Whether a machine with this status occupies a boot-storm slot: it has a
+/// network boot open. Rebuilding the slot table after a restart uses this.
+pub fn holds_boot_slot(status: &MachineStatus) -> bool {
+    status
+        .boot
+        .as_ref()
+        .is_some_and(|b| b.completed_at.is_none())
+}
+
+/// Whether the installed OS of `boot_id` called home `booted`.
+pub fn booted(status: &MachineStatus, boot_id: &str) -> bool {
+    status
+        .boot_history
+        .iter()
+        .any(|e| e.boot_id.as_deref() == Some(boot_id) && e.step == "Booted")
+}
+
+/// The steps of one boot, for error messages: `DHCPAck@03:01:02Z, TFTP ipxe.efi@...`.
+pub fn boot_timeline(status: &MachineStatus, boot_id: &str) -> String {
+    let steps: Vec<String> = status
+        .boot_history
+        .iter()
+        .filter(|e| e.boot_id.as_deref() == Some(boot_id))
+        .map(|e| {
+            let t = e.time.strftime("%H:%M:%SZ");
+            if e.detail.is_empty() {
+                format!("{}@{t}", e.step)
+            } else {
+                format!("{} {}@{t}", e.step, e.detail)
+            }
+        })
+        .collect();
+    if steps.is_empty() {
+        "no network boot activity was seen".to_string()
+    } else {
+        let skip = steps.len().saturating_sub(8);
+        format!("boot steps: {}", steps[skip..].join(", "))
+    }
+}
+
+/// Apply a status step to `status` (what the executor writes, and what
+/// `decide` uses to avoid planning a change twice). Other steps, and
+/// `MintBoot` (which needs a fresh id), leave it unchanged.
+pub fn apply_status(status: &mut MachineStatus, step: &Step, now: Timestamp) {
+    match step {
+        Step::SetPhase(p) => status.phase = Some(*p),
+        Step::SetPowerState(p) => status.power_state = Some(*p),
+        Step::SetCondition(c) => set_condition(&mut status.conditions, c.clone()),
+        Step::SetProgress { key, value } => {
+            status.progress.insert((*key).to_string(), value.clone());
+        }
+        Step::ClearProgress { key } => {
+            status.progress.remove(*key);
+        }
+        Step::RecordError { reason, message } => {
+            status.last_error = Some(LastError {
+                reason: reason.clone(),
+                message: message.clone(),
+                time: now,
+            });
+        }
+        Step::ClearError => status.last_error = None,
+        Step::CompleteBoot { outcome } => {
+            if let Some(b) = status.boot.as_mut() {
+                b.completed_at.get_or_insert(now);
+                b.outcome = Some(outcome.clone());
+            }
+        }
+        Step::MarkProvisioned { revision } => status.provisioned_revision = Some(revision.clone()),
+        Step::ClearProvisioned => {
+            status.provisioned_revision = None;
+            status.node_ref = None;
+            status.observed = None;
+        }
+        Step::SetNodeRef(n) => status.node_ref = Some(LocalObjectReference { name: n.clone() }),
+        Step::SetObserved(o) => status.observed = Some(o.clone()),
+        _ => {}
+    }
+}
+
+/// `status.progress` as read by `decide`, with typed getters.
+pub(super) struct Progress<'a>(pub &'a BTreeMap<String, String>);
+
+impl Progress<'_> {
+    pub fn get(&self, key: &str) -> Option<&str> {
+        self.0.get(key).map(String::as_str)
+    }
+    pub fn time(&self, key: &str) -> Option<Timestamp> {
+        self.get(key).and_then(|s| s.parse().ok())
+    }
+    pub fn count(&self, key: &str) -> u32 {
+        self.get(key).and_then(|s| s.parse().ok()).unwrap_or(0)
+    }
+}

@@ -1,0 +1,209 @@
+//! The Machine reconciler: per key, load the Machine, observe (class, BMC
+//! power state, Node, boot slot), `decide`, and hand the plan to the
+//! [`Executor`]. Also rebuilds the boot-storm table after a restart.
+//!
+//! Holds no lifecycle logic (that is `decide`) and performs no step itself
+//! (that is the executor); it only gathers what `decide` needs.
+
+use std::sync::Arc;
+
+use jiff::Timestamp;
+use tracing::Instrument;
+
+use super::execute::{CONFLICT_RETRY, Executor, Outcome, bmc_reason};
+use super::plan::{
+    BmcObserved, ClassObserved, ClassView, Limits, NodeObserved, Observed, holds_boot_slot,
+    node_name,
+};
+use crate::api::{Machine, MachineClass, MachinePhase};
+use crate::bmc::{Bmc, BmcConnector};
+use crate::cluster::{DrainOptions, TargetCluster};
+use crate::controller::feed::ObjectKey;
+use crate::controller::runner::{Reconciler, Requeue};
+use crate::controller::storm::BootSlots;
+use crate::store::events::EventType;
+use crate::store::{ListOptions, Store, StoreError, TypedStore};
+
+/// Reconciles Machines.
+pub struct MachineReconciler {
+    pub store: Arc<dyn Store>,
+    pub connector: Arc<dyn BmcConnector>,
+    /// The target cluster, when a kubeconfig is configured.
+    pub cluster: Option<Arc<dyn TargetCluster>>,
+    pub slots: BootSlots<ObjectKey>,
+    pub limits: Limits,
+    pub drain: DrainOptions,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ReconcileError {
+    #[error("store: {0}")]
+    Store(#[from] StoreError),
+}
+
+impl MachineReconciler {
+    /// Mark every Machine with an open network boot as holding a boot-storm
+    /// slot (after a restart), so the limit counts boots already running.
+    pub async fn restore_slots(&self) -> Result<usize, StoreError> {
+        let machines: Vec<Machine> = self.store.list_obj(&ListOptions::default()).await?;
+        let mut n = 0;
+        for m in machines {
+            if m.status.as_ref().is_some_and(holds_boot_slot) {
+                let key = ObjectKey::new(
+                    m.metadata
+                        .namespace
+                        .clone()
+                        .unwrap_or_else(|| crate::store::DEFAULT_NAMESPACE.to_string()),
+                    m.metadata.name.clone().unwrap_or_default(),
+                );
+                self.slots.restore(key);
+                n += 1;
+            }
+        }
+        Ok(n)
+    }
+
+    async fn class(&self, ns: &str, m: &Machine) -> Result<ClassObserved, StoreError> {
+        let Some(r) = &m.spec.class_ref else {
+            return Ok(ClassObserved::NotReferenced);
+        };
+        match self.store.get_obj::<MachineClass>(ns, &r.name).await {
+            Ok(c) => Ok(ClassObserved::Present(ClassView::new(m, &c))),
+            Err(e) if e.is_not_found() => Ok(ClassObserved::Missing {
+                name: r.name.clone(),
+            }),
+            Err(e) => Err(e),
+        }
+    }
+
+    async fn node(&self, m: &Machine) -> NodeObserved {
+        let Some(c) = &self.cluster else {
+            return NodeObserved::NotConfigured;
+        };
+        let phase = m.status.as_ref().and_then(|s| s.phase).unwrap_or_default();
+        let wanted = m.metadata.deletion_timestamp.is_some()
+            || matches!(
+                phase,
+                MachinePhase::Provisioned
+                    | MachinePhase::Ready
+                    | MachinePhase::Reimaging
+                    | MachinePhase::Deprovisioning
+            );
+        if !wanted {
+            // decide does not look at the Node in these phases.
+            return NodeObserved::Absent;
+        }
+        let name = m
+            .status
+            .as_ref()
+            .and_then(|s| s.node_ref.as_ref())
+            .map(|r| r.name.clone())
+            .unwrap_or_else(|| node_name(m));
+        match c.get_node(&name).await {
+            Ok(Some(n)) => NodeObserved::Present(n),
+            Ok(None) => NodeObserved::Absent,
+            Err(e) => NodeObserved::Unknown {
+                message: e.to_string(),
+            },
+        }
+    }
+
+    async fn run(&self, key: &ObjectKey) -> Result<Requeue, ReconcileError> {
+        let m: Machine = match self.store.get_obj(&key.namespace, &key.name).await {
+            Ok(m) => m,
+            Err(e) if e.is_not_found() => {
+                self.slots.release(key);
+                return Ok(Requeue::Forget);
+            }
+            Err(e) => return Err(e.into()),
+        };
+        let class = self.class(&key.namespace, &m).await?;
+        let (bmc, observed_bmc) = match self.connector.connect(&m).await {
+            Ok(b) => {
+                let o = match b.power_state().await {
+                    Ok(power) => BmcObserved::Reachable { power },
+                    Err(e) => unreachable(&e),
+                };
+                (Some(b), o)
+            }
+            Err(e) => (None, unreachable(&e)),
+        };
+        if let BmcObserved::Unreachable { reason, message } = &observed_bmc {
+            let ex = self.executor(key, None, Timestamp::now());
+            ex.event(&m, EventType::Warning, reason, message).await;
+        }
+        let node = self.node(&m).await;
+        let observed = Observed {
+            bmc: observed_bmc,
+            class,
+            node,
+            boot_slot: self.slots.would_admit(key),
+            limits: self.limits,
+        };
+        let now = Timestamp::now();
+        let plan = super::decide(&m, &observed, now);
+        tracing::debug!(%plan, "plan");
+        let ex = self.executor(key, bmc.as_deref(), now);
+        let result = ex.run(m, &plan).await;
+        if let Some(b) = &bmc
+            && let Err(e) = b.close().await
+        {
+            tracing::debug!(error = %e, "BMC logout failed");
+        }
+        Ok(match result? {
+            Outcome::Done(Some(d)) | Outcome::Stopped(d) => Requeue::After(d),
+            Outcome::Done(None) => Requeue::Periodic,
+            Outcome::Gone => {
+                self.slots.release(key);
+                Requeue::Forget
+            }
+        })
+    }
+
+    fn executor<'a>(
+        &'a self,
+        key: &'a ObjectKey,
+        bmc: Option<&'a dyn Bmc>,
+        now: Timestamp,
+    ) -> Executor<'a> {
+        Executor {
+            store: self.store.as_ref(),
+            key,
+            bmc,
+            cluster: self.cluster.as_deref(),
+            slots: &self.slots,
+            drain: &self.drain,
+            bmc_retry: self.limits.bmc_retry,
+            poll: self.limits.slot_wait.min(self.limits.poll),
+            now,
+        }
+    }
+}
+
+fn unreachable(e: &crate::bmc::BmcError) -> BmcObserved {
+    BmcObserved::Unreachable {
+        reason: bmc_reason(e),
+        message: e.to_string(),
+    }
+}
+
+impl Reconciler for MachineReconciler {
+    type Key = ObjectKey;
+    type Error = ReconcileError;
+
+    fn name(&self) -> &'static str {
+        "machine"
+    }
+
+    async fn reconcile(&self, key: &ObjectKey) -> Result<Requeue, ReconcileError> {
+        let span = tracing::info_span!("machine", machine = %key);
+        match self.run(key).instrument(span).await {
+            Err(ReconcileError::Store(e)) if e.is_conflict() => Ok(Requeue::After(CONFLICT_RETRY)),
+            other => other,
+        }
+    }
+}
+
+#[cfg(test)]
+#[path = "tests_exec.rs"]
+mod tests_exec;

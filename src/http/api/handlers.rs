@@ -1,0 +1,354 @@
+//! Request handlers: decode the path and body, validate, call the store,
+//! answer with the object or a `Status`. Every write is validated with
+//! [`crate::api::validate::validate`] and stored in canonical form.
+
+use axum::Extension;
+use axum::body::Bytes;
+use axum::extract::rejection::QueryRejection;
+use axum::extract::{Path, Query, State};
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use super::normalize::normalize;
+use super::{ApiError, ApiState, Group};
+use crate::api::Kind;
+use crate::api::validate::validate;
+use crate::store::{Deleted, ListOptions, Selector, resource_version_of};
+
+/// Query parameters of lists and watches.
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ListQuery {
+    pub label_selector: Option<String>,
+    pub watch: Option<String>,
+    pub resource_version: Option<String>,
+    pub timeout_seconds: Option<u64>,
+}
+
+type Res = Result<Response, ApiError>;
+
+fn query(q: Result<Query<ListQuery>, QueryRejection>) -> Result<ListQuery, ApiError> {
+    q.map(|Query(q)| q)
+        .map_err(|e| ApiError::bad_request(e.body_text()))
+}
+
+fn kind_of(group: Group, plural: &str) -> Result<Kind, ApiError> {
+    group
+        .kind(plural)
+        .ok_or_else(|| ApiError::not_found(format!("the server does not serve {plural:?}")))
+}
+
+fn check_ns(ns: &str) -> Result<(), ApiError> {
+    if crate::api::validate::is_dns_label(ns) {
+        Ok(())
+    } else {
+        Err(ApiError::bad_request(format!("invalid namespace {ns:?}")))
+    }
+}
+
+fn ok_json(code: StatusCode, v: &Value) -> Response {
+    (code, axum::Json(v)).into_response()
+}
+
+pub async fn list_namespaced(
+    State(st): State<ApiState>,
+    Extension(group): Extension<Group>,
+    Path((ns, plural)): Path<(String, String)>,
+    q: Result<Query<ListQuery>, QueryRejection>,
+) -> Res {
+    check_ns(&ns)?;
+    let q = query(q)?;
+    list_or_watch(st, kind_of(group, &plural)?, Some(ns), q).await
+}
+
+pub async fn list_all(
+    State(st): State<ApiState>,
+    Extension(group): Extension<Group>,
+    Path(plural): Path<String>,
+    q: Result<Query<ListQuery>, QueryRejection>,
+) -> Res {
+    let q = query(q)?;
+    list_or_watch(st, kind_of(group, &plural)?, None, q).await
+}
+
+async fn list_or_watch(st: ApiState, kind: Kind, ns: Option<String>, q: ListQuery) -> Res {
+    let selector = match q.label_selector.as_deref() {
+        Some(s) => Selector::parse(s).map_err(|e| ApiError::bad_request(e.to_string()))?,
+        None => Selector::default(),
+    };
+    let opts = ListOptions {
+        namespace: ns,
+        selector,
+    };
+    if matches!(q.watch.as_deref(), Some("true" | "1")) {
+        let from = match q.resource_version.as_deref() {
+            None | Some("" | "0") => None,
+            Some(s) => Some(s.parse::<u64>().map_err(|_| {
+                ApiError::bad_request(format!("resourceVersion {s:?} is not a number"))
+            })?),
+        };
+        return super::watch::watch(st, kind, opts, from, q.timeout_seconds).await;
+    }
+    let list = st.store.list(kind, &opts).await?;
+    let body = json!({
+        "apiVersion": kind.api_version(),
+        "kind": format!("{kind}List"),
+        "metadata": {"resourceVersion": list.resource_version.to_string()},
+        "items": list.items,
+    });
+    Ok(ok_json(StatusCode::OK, &body))
+}
+
+pub async fn get_one(
+    State(st): State<ApiState>,
+    Extension(group): Extension<Group>,
+    Path((ns, plural, name)): Path<(String, String, String)>,
+) -> Res {
+    let kind = kind_of(group, &plural)?;
+    let v = st.store.get(kind, &ns, &name).await?;
+    Ok(ok_json(StatusCode::OK, &v))
+}
+
+pub async fn get_status(
+    st: State<ApiState>,
+    group: Extension<Group>,
+    path: Path<(String, String, String)>,
+) -> Res {
+    status_kind(group.0, &path.1)?;
+    get_one(st, group, path).await
+}
+
+fn status_kind(group: Group, plural: &str) -> Result<Kind, ApiError> {
+    let kind = kind_of(group, plural)?;
+    if kind.has_status() {
+        Ok(kind)
+    } else {
+        Err(ApiError::not_found(format!(
+            "{plural} have no status subresource"
+        )))
+    }
+}
+
+/// Parse a JSON body into an object.
+fn parse_body(body: &Bytes) -> Result<Value, ApiError> {
+    let v: Value = serde_json::from_slice(body)
+        .map_err(|e| ApiError::bad_request(format!("request body is not valid JSON: {e}")))?;
+    if !v.is_object() {
+        return Err(ApiError::bad_request("request body must be a JSON object"));
+    }
+    Ok(v)
+}
+
+fn meta_str<'a>(v: &'a Value, field: &str) -> Option<&'a str> {
+    v.get("metadata")?.get(field)?.as_str()
+}
+
+/// Check apiVersion/kind/namespace/name against the URL and fill what the
+/// body leaves out.
+fn conform(kind: Kind, ns: &str, name: Option<&str>, v: &mut Value) -> Result<(), ApiError> {
+    if let Some(k) = v.get("kind").and_then(Value::as_str)
+        && k != kind.as_str()
+    {
+        return Err(ApiError::bad_request(format!(
+            "body has kind {k:?} but the URL is for {kind}"
+        )));
+    }
+    if let Some(a) = v.get("apiVersion").and_then(Value::as_str)
+        && a != kind.api_version()
+    {
+        return Err(ApiError::bad_request(format!(
+            "body has apiVersion {a:?}, expected {:?}",
+            kind.api_version()
+        )));
+    }
+    if let Some(bns) = meta_str(v, "namespace")
+        && !bns.is_empty()
+        && bns != ns
+    {
+        return Err(ApiError::bad_request(format!(
+            "the namespace of the object ({bns:?}) does not match the namespace of the URL ({ns:?})"
+        )));
+    }
+    if let Some(name) = name
+        && let Some(bname) = meta_str(v, "name")
+        && bname != name
+    {
+        return Err(ApiError::bad_request(format!(
+            "the name of the object ({bname:?}) does not match the name of the URL ({name:?})"
+        )));
+    }
+    let Some(obj) = v.as_object_mut() else {
+        return Err(ApiError::bad_request("request body must be a JSON object"));
+    };
+    obj.insert("kind".into(), kind.as_str().into());
+    obj.insert("apiVersion".into(), kind.api_version().into());
+    let meta = obj
+        .entry("metadata")
+        .or_insert_with(|| Value::Object(Default::default()));
+    let Some(meta) = meta.as_object_mut() else {
+        return Err(ApiError::bad_request("metadata must be an object"));
+    };
+    meta.insert("namespace".into(), ns.into());
+    if let Some(name) = name {
+        meta.insert("name".into(), name.into());
+    }
+    Ok(())
+}
+
+/// Validate and bring into canonical form; errors are 422 with causes.
+fn checked(kind: Kind, v: &Value) -> Result<Value, ApiError> {
+    let name = meta_str(v, "name").unwrap_or_default().to_string();
+    validate(kind, v).map_err(|e| ApiError::invalid(kind, &name, &e))?;
+    normalize(kind, v).map_err(|e| ApiError::invalid(kind, &name, &e))
+}
+
+pub async fn create(
+    State(st): State<ApiState>,
+    Extension(group): Extension<Group>,
+    Path((ns, plural)): Path<(String, String)>,
+    body: Bytes,
+) -> Res {
+    check_ns(&ns)?;
+    let kind = kind_of(group, &plural)?;
+    let mut v = parse_body(&body)?;
+    conform(kind, &ns, None, &mut v)?;
+    if let Some(obj) = v.as_object_mut() {
+        // Status is written through /status only, as in Kubernetes.
+        if kind.has_status() {
+            obj.remove("status");
+        }
+        if let Some(m) = obj.get_mut("metadata").and_then(Value::as_object_mut) {
+            for f in [
+                "resourceVersion",
+                "uid",
+                "creationTimestamp",
+                "generation",
+                "deletionTimestamp",
+            ] {
+                m.remove(f);
+            }
+        }
+    }
+    let v = checked(kind, &v)?;
+    let created = st.store.create(kind, v).await?;
+    Ok(ok_json(StatusCode::CREATED, &created))
+}
+
+pub async fn replace(
+    State(st): State<ApiState>,
+    Extension(group): Extension<Group>,
+    Path((ns, plural, name)): Path<(String, String, String)>,
+    body: Bytes,
+) -> Res {
+    let kind = kind_of(group, &plural)?;
+    let mut v = parse_body(&body)?;
+    conform(kind, &ns, Some(&name), &mut v)?;
+    let v = checked(kind, &v)?;
+    let updated = st.store.update(kind, v).await?;
+    Ok(ok_json(StatusCode::OK, &updated))
+}
+
+pub async fn replace_status(
+    State(st): State<ApiState>,
+    Extension(group): Extension<Group>,
+    Path((ns, plural, name)): Path<(String, String, String)>,
+    body: Bytes,
+) -> Res {
+    let kind = status_kind(group, &plural)?;
+    let mut v = parse_body(&body)?;
+    conform(kind, &ns, Some(&name), &mut v)?;
+    let v = checked(kind, &v)?;
+    let updated = st.store.update_status(kind, v).await?;
+    Ok(ok_json(StatusCode::OK, &updated))
+}
+
+pub async fn patch(
+    State(st): State<ApiState>,
+    Extension(group): Extension<Group>,
+    Path((ns, plural, name)): Path<(String, String, String)>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Res {
+    let kind = kind_of(group, &plural)?;
+    merge_patch(st, kind, &ns, &name, &headers, &body, false).await
+}
+
+pub async fn patch_status(
+    State(st): State<ApiState>,
+    Extension(group): Extension<Group>,
+    Path((ns, plural, name)): Path<(String, String, String)>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Res {
+    let kind = status_kind(group, &plural)?;
+    merge_patch(st, kind, &ns, &name, &headers, &body, true).await
+}
+
+/// Apply a JSON merge patch to the stored object and write it back. A patch
+/// that names a resourceVersion is a precondition; without one, a conflict
+/// with a concurrent writer is retried on the fresh object.
+async fn merge_patch(
+    st: ApiState,
+    kind: Kind,
+    ns: &str,
+    name: &str,
+    headers: &HeaderMap,
+    body: &Bytes,
+    status: bool,
+) -> Res {
+    let ct = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default();
+    if !ct.starts_with("application/merge-patch+json") {
+        return Err(ApiError::new(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "UnsupportedMediaType",
+            format!("PATCH supports Content-Type application/merge-patch+json only, got {ct:?}"),
+        ));
+    }
+    let patch = parse_body(body)?;
+    let precondition = resource_version_of(&patch).is_some();
+    let mut attempt = 0;
+    loop {
+        attempt += 1;
+        let current = st.store.get(kind, ns, name).await?;
+        let mut merged = current.clone();
+        json_patch::merge(&mut merged, &patch);
+        if !precondition
+            && let (Some(m), Some(rv)) = (
+                merged.get_mut("metadata").and_then(Value::as_object_mut),
+                current.pointer("/metadata/resourceVersion").cloned(),
+            )
+        {
+            m.insert("resourceVersion".into(), rv);
+        }
+        conform(kind, ns, Some(name), &mut merged)?;
+        let merged = checked(kind, &merged)?;
+        let res = if status {
+            st.store.update_status(kind, merged).await
+        } else {
+            st.store.update(kind, merged).await
+        };
+        match res {
+            Ok(v) => return Ok(ok_json(StatusCode::OK, &v)),
+            Err(e) if e.is_conflict() && !precondition && attempt < 5 => continue,
+            Err(e) => return Err(e.into()),
+        }
+    }
+}
+
+pub async fn delete(
+    State(st): State<ApiState>,
+    Extension(group): Extension<Group>,
+    Path((ns, plural, name)): Path<(String, String, String)>,
+) -> Res {
+    let kind = kind_of(group, &plural)?;
+    match st.store.delete(kind, &ns, &name).await? {
+        Deleted::Gone(v) => Ok(ok_json(StatusCode::OK, &v)),
+        // Finalizers remain: the object is marked and goes later.
+        Deleted::Marked(v) => Ok(ok_json(StatusCode::ACCEPTED, &v)),
+    }
+}

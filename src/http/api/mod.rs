@@ -1,0 +1,173 @@
+//! The Kubernetes-shaped REST API over the [`Store`]:
+//! `/apis/metalherd.dev/v1alpha1/namespaces/{ns}/{plural}[/{name}[/status]]`,
+//! `/api/v1/namespaces/{ns}/{secrets|events}[/{name}]`, and both without
+//! `namespaces/{ns}` for lists across namespaces. GET, LIST (label
+//! selectors), POST, PUT, PATCH (JSON merge patch), DELETE and
+//! `?watch=true` streams; errors as `Status` bodies.
+//!
+//! Every request needs the bearer token (except `/healthz`, mounted by the
+//! caller outside [`protect`]). A span per request carries method, path and
+//! status, never bodies or headers: Secrets pass through here.
+
+mod handlers;
+pub mod normalize;
+pub mod status;
+mod watch;
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use axum::Router;
+use axum::extract::{Request, State};
+use axum::http::header;
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
+
+use crate::api::Kind;
+use crate::http::ops::{ApiMetrics, MethodLabels, RequestLabels};
+use crate::store::Store;
+pub use status::ApiError;
+
+/// What every handler needs.
+#[derive(Clone)]
+pub struct ApiState {
+    pub store: Arc<dyn Store>,
+    /// Watches end when this fires, so shutdown is not held up by them.
+    pub cancel: CancellationToken,
+    pub metrics: ApiMetrics,
+}
+
+/// The two API groups served.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Group {
+    /// `/api/v1`: Secrets and Events.
+    Core,
+    /// `/apis/metalherd.dev/v1alpha1`.
+    Metalherd,
+}
+
+impl Group {
+    /// The kind a URL's plural names in this group, if served.
+    pub fn kind(self, plural: &str) -> Option<Kind> {
+        let k = Kind::ALL.into_iter().find(|k| k.plural() == plural)?;
+        let core = k.api_version() == "v1";
+        (core == (self == Group::Core)).then_some(k)
+    }
+}
+
+/// URL prefix of a kind's API group.
+pub fn group_prefix(kind: Kind) -> &'static str {
+    if kind.api_version() == "v1" {
+        "/api/v1"
+    } else {
+        "/apis/metalherd.dev/v1alpha1"
+    }
+}
+
+/// The resource routes (not yet behind auth: see [`protect`]).
+pub fn routes(state: ApiState) -> Router {
+    Router::new()
+        .nest(
+            "/apis/metalherd.dev/v1alpha1",
+            group_routes(Group::Metalherd),
+        )
+        .nest("/api/v1", group_routes(Group::Core))
+        .with_state(state)
+}
+
+fn group_routes(group: Group) -> Router<ApiState> {
+    use handlers::*;
+    Router::new()
+        .route(
+            "/namespaces/{ns}/{plural}",
+            get(list_namespaced).post(create),
+        )
+        .route(
+            "/namespaces/{ns}/{plural}/{name}",
+            get(get_one).put(replace).patch(patch).delete(delete),
+        )
+        .route(
+            "/namespaces/{ns}/{plural}/{name}/status",
+            get(get_status).put(replace_status).patch(patch_status),
+        )
+        .route("/{plural}", get(list_all))
+        .method_not_allowed_fallback(|| async {
+            ApiError::new(
+                axum::http::StatusCode::METHOD_NOT_ALLOWED,
+                "MethodNotAllowed",
+                "the server does not allow this method on the requested resource",
+            )
+        })
+        .layer(axum::Extension(group))
+}
+
+/// Put `protected` behind the bearer token, add `public` (health) beside
+/// it, a Status-shaped 404 for unknown paths, and the request span and
+/// metrics around everything.
+pub fn protect(protected: Router, public: Router, token: &str, metrics: ApiMetrics) -> Router {
+    let token: Arc<[u8]> = Arc::from(token.as_bytes());
+    protected
+        .fallback(|| async {
+            ApiError::not_found("the server could not find the requested resource")
+        })
+        .layer(middleware::from_fn_with_state(token, require_token))
+        .merge(public)
+        .layer(middleware::from_fn_with_state(metrics, trace_request))
+}
+
+async fn require_token(State(token): State<Arc<[u8]>>, req: Request, next: Next) -> Response {
+    let ok = req
+        .headers()
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .is_some_and(|t| constant_time_eq(t.trim().as_bytes(), &token));
+    if ok {
+        next.run(req).await
+    } else {
+        ApiError::unauthorized().into_response()
+    }
+}
+
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+async fn trace_request(State(metrics): State<ApiMetrics>, req: Request, next: Next) -> Response {
+    let method = ApiMetrics::method_label(req.method());
+    // The path only: query strings and headers stay out of logs.
+    let path = req.uri().path().to_string();
+    let span =
+        tracing::info_span!("http_request", method, path = %path, status = tracing::field::Empty);
+    let start = Instant::now();
+    let resp = next.run(req).instrument(span.clone()).await;
+    let code = resp.status().as_u16();
+    let elapsed = start.elapsed();
+    span.record("status", code);
+    metrics
+        .requests
+        .get_or_create(&RequestLabels { method, code })
+        .inc();
+    metrics
+        .duration
+        .get_or_create(&MethodLabels { method })
+        .observe(elapsed.as_secs_f64());
+    let ms = elapsed.as_secs_f64() * 1000.0;
+    if code >= 500 {
+        tracing::warn!(parent: &span, ms, "request failed");
+    } else if code == 401 {
+        tracing::info!(parent: &span, ms, "request without a valid token");
+    } else if code >= 400 {
+        // 404s are routine (apply probes before creating): keep them quiet.
+        tracing::debug!(parent: &span, ms, "request refused");
+    } else {
+        tracing::debug!(parent: &span, ms, "request");
+    }
+    resp
+}
+
+#[cfg(test)]
+mod tests;

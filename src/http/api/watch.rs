@@ -1,0 +1,126 @@
+//! `?watch=true` streams: newline-delimited `{"type","object"}` events as
+//! Kubernetes sends them. Without a resourceVersion (or with "0") the stream
+//! starts with a synthetic `ADDED` per existing object, then follows
+//! changes; with one it yields every change after it. A store error ends
+//! the stream with an `ERROR` event carrying a `Status` (410 `Expired` for a
+//! version too old). Streams end on shutdown and after `timeoutSeconds`.
+
+use std::convert::Infallible;
+use std::time::Duration;
+
+use axum::body::{Body, Bytes};
+use axum::http::{StatusCode, header};
+use axum::response::Response;
+use futures::{Stream, StreamExt, stream};
+use serde_json::{Value, json};
+
+use super::{ApiError, ApiState};
+use crate::api::Kind;
+use crate::store::{ListOptions, StoreError, WatchEvent};
+
+/// Longest a watch stays open without a client-given timeout; clients
+/// reconnect from their last resourceVersion, as with Kubernetes.
+const MAX_WATCH: Duration = Duration::from_secs(3600);
+
+pub async fn watch(
+    st: ApiState,
+    kind: Kind,
+    opts: ListOptions,
+    from: Option<u64>,
+    timeout_seconds: Option<u64>,
+) -> Result<Response, ApiError> {
+    let (initial, from) = match from {
+        Some(rv) => (Vec::new(), rv),
+        None => {
+            let list = st.store.list(kind, &opts).await?;
+            (list.items, list.resource_version)
+        }
+    };
+    // Open the store watch before answering so a bad version is a plain
+    // HTTP error rather than an ERROR event.
+    let changes = st.store.watch(kind, &opts, Some(from)).await?;
+    let added = stream::iter(initial.into_iter().map(|o| Ok(line("ADDED", &o))));
+    let changes = changes
+        .map(|r| match r {
+            Ok(ev) => Ok(event_line(&ev)),
+            Err(e) => Err(e),
+        })
+        // End after the first error, sending it as an ERROR event.
+        .scan(false, |done, r| {
+            if *done {
+                return futures::future::ready(None);
+            }
+            let item = match r {
+                Ok(b) => b,
+                Err(e) => {
+                    *done = true;
+                    error_line(e)
+                }
+            };
+            futures::future::ready(Some(Ok(item)))
+        });
+    let limit = timeout_seconds
+        .map(Duration::from_secs)
+        .unwrap_or(MAX_WATCH)
+        .min(MAX_WATCH);
+    let cancel = st.cancel.clone();
+    let end = async move {
+        tokio::select! {
+            _ = cancel.cancelled() => {}
+            _ = tokio::time::sleep(limit) => {}
+        }
+    };
+    let gauge = WatchGauge::new(st.metrics.watches.clone());
+    let body = added
+        .chain(changes)
+        .take_until(Box::pin(end))
+        .map(move |b| {
+            let _keep = &gauge;
+            b
+        });
+    let body: std::pin::Pin<Box<dyn Stream<Item = Result<Bytes, Infallible>> + Send>> =
+        Box::pin(body);
+    Response::builder()
+        .status(StatusCode::OK)
+        .header(header::CONTENT_TYPE, "application/json")
+        .header(header::CACHE_CONTROL, "no-cache")
+        .body(Body::from_stream(body))
+        .map_err(|e| {
+            ApiError::new(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "InternalError",
+                e.to_string(),
+            )
+        })
+}
+
+fn line(type_: &str, obj: &Value) -> Bytes {
+    let mut b = serde_json::to_vec(&json!({"type": type_, "object": obj})).unwrap_or_default();
+    b.push(b'\n');
+    Bytes::from(b)
+}
+
+fn event_line(ev: &WatchEvent) -> Bytes {
+    line(ev.type_str(), ev.object())
+}
+
+fn error_line(e: StoreError) -> Bytes {
+    let err: ApiError = e.into();
+    line("ERROR", &err.body())
+}
+
+/// Counts open watches; decremented when the response body is dropped.
+struct WatchGauge(prometheus_client::metrics::gauge::Gauge);
+
+impl WatchGauge {
+    fn new(g: prometheus_client::metrics::gauge::Gauge) -> Self {
+        g.inc();
+        WatchGauge(g)
+    }
+}
+
+impl Drop for WatchGauge {
+    fn drop(&mut self) {
+        self.0.dec();
+    }
+}

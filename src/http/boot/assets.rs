@@ -1,0 +1,147 @@
+//! `GET|HEAD /assets/{path}` (files under the assets directory, iPXE
+//! binaries among them) and `GET|HEAD /images/{sha256}/{name}` (cached OS
+//! images). Both go through `files::serve` (Range, ETag, streaming). A
+//! finished kernel or initrd is a boot step of the machine that fetched it
+//! (by its `mac` query parameter, else its address).
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use axum::extract::{ConnectInfo, Path, RawQuery, State};
+use axum::response::Response;
+use http::{HeaderMap, Method, StatusCode};
+
+use super::files::{self, FileError, OnDone};
+use super::metrics::{Endpoint, ErrorReason};
+use super::{BootState, Params, reply};
+use crate::directory::{BootIntent, MachineEntry};
+
+fn machine_for(st: &BootState, q: Option<&str>, peer: SocketAddr) -> Option<Arc<MachineEntry>> {
+    let p = Params::parse(q.unwrap_or_default());
+    if let Ok(mac) = p.mac() {
+        return st.directory.by_mac(&mac);
+    }
+    match peer.ip() {
+        std::net::IpAddr::V4(a) => st.directory.by_ip(&a),
+        std::net::IpAddr::V6(a) => a.to_ipv4_mapped().and_then(|a| st.directory.by_ip(&a)),
+    }
+}
+
+fn on_done(
+    st: &Arc<BootState>,
+    endpoint: Endpoint,
+    machine: Option<Arc<MachineEntry>>,
+    step: &'static str,
+    detail: String,
+) -> OnDone {
+    let st = st.clone();
+    Box::new(move |bytes, complete| {
+        st.metrics.transfer(endpoint, bytes, complete);
+        if !complete {
+            tracing::info!(bytes, detail = %detail, "transfer cut short");
+        }
+        if let Some(e) = machine
+            && complete
+        {
+            let boot_id = match &e.intent {
+                BootIntent::Install { boot_id, .. } => Some(boot_id.as_str()),
+                _ => None,
+            };
+            st.record(&e, step, &detail, Some(bytes), boot_id);
+        }
+    })
+}
+
+fn content_type(path: &str) -> &'static str {
+    if path.ends_with(".ipxe") {
+        "text/plain; charset=utf-8"
+    } else if path.ends_with(".json") || path.ends_with(".ign") {
+        "application/json"
+    } else {
+        "application/octet-stream"
+    }
+}
+
+fn file_error(st: &BootState, e: FileError) -> Response {
+    match e {
+        FileError::NotFound => {
+            st.metrics.error(ErrorReason::not_found);
+            reply(StatusCode::NOT_FOUND, "not found")
+        }
+        FileError::Io(e) => {
+            st.metrics.error(ErrorReason::io);
+            tracing::warn!(error = %e, "reading a boot file");
+            reply(StatusCode::INTERNAL_SERVER_ERROR, "cannot read the file")
+        }
+    }
+}
+
+pub async fn asset(
+    State(st): State<Arc<BootState>>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    Path(rel): Path<String>,
+    RawQuery(q): RawQuery,
+    method: Method,
+    headers: HeaderMap,
+) -> Response {
+    let Some(path) = files::resolve_under(&st.settings.assets_dir, &rel).await else {
+        st.metrics.error(ErrorReason::not_found);
+        st.metrics.request(Endpoint::asset, StatusCode::NOT_FOUND);
+        return reply(StatusCode::NOT_FOUND, "not found");
+    };
+    let m = machine_for(&st, q.as_deref(), peer);
+    let done = on_done(&st, Endpoint::asset, m, "Asset", rel.clone());
+    let r = match files::serve(
+        &path,
+        &method,
+        &headers,
+        None,
+        content_type(&rel),
+        Some(done),
+    )
+    .await
+    {
+        Ok(s) => s.response,
+        Err(e) => file_error(&st, e),
+    };
+    st.metrics.request(Endpoint::asset, r.status());
+    r
+}
+
+pub async fn image(
+    State(st): State<Arc<BootState>>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    Path((sha, name)): Path<(String, String)>,
+    RawQuery(q): RawQuery,
+    method: Method,
+    headers: HeaderMap,
+) -> Response {
+    let Some(path) = st.cache.lookup(&sha).await else {
+        st.metrics.error(ErrorReason::not_found);
+        st.metrics.request(Endpoint::image, StatusCode::NOT_FOUND);
+        return reply(StatusCode::NOT_FOUND, "no such image in the cache");
+    };
+    let step = match name.as_str() {
+        "kernel" => "Kernel",
+        "initrd" => "Initrd",
+        _ => "Image",
+    };
+    let m = machine_for(&st, q.as_deref(), peer);
+    let done = on_done(&st, Endpoint::image, m, step, sha.to_ascii_lowercase());
+    let etag = format!("\"{}\"", sha.to_ascii_lowercase());
+    let r = match files::serve(
+        &path,
+        &method,
+        &headers,
+        Some(etag),
+        "application/octet-stream",
+        Some(done),
+    )
+    .await
+    {
+        Ok(s) => s.response,
+        Err(e) => file_error(&st, e),
+    };
+    st.metrics.request(Endpoint::image, r.status());
+    r
+}

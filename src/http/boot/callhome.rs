@@ -1,0 +1,181 @@
+//! `POST /callhome/{installed|failed|booted}?mac=..&token=..[&reason=..]`:
+//! the installer (installed / failed, with a reason in the query or the
+//! body) and the installed OS (booted) report back. `installed` and
+//! `failed` close the boot (`status.boot.completedAt`, `outcome`), which
+//! kills its token; the controller acts on that. Every call-home is a boot
+//! step. Same access rule as Ignition (see `access.rs`), except that
+//! `booted` is accepted after the boot completed.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use axum::extract::{ConnectInfo, Path, RawQuery, State};
+use axum::response::Response;
+use bytes::Bytes;
+use http::StatusCode;
+
+use super::access::{Need, authorize};
+use super::metrics::Endpoint;
+use super::{BootState, Params, reply, update_boot};
+use crate::api::Machine;
+use crate::store::TypedStore;
+use crate::store::events::EventType;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum What {
+    Installed,
+    Failed,
+    Booted,
+}
+
+impl What {
+    fn parse(s: &str) -> Option<What> {
+        match s {
+            "installed" => Some(What::Installed),
+            "failed" => Some(What::Failed),
+            "booted" => Some(What::Booted),
+            _ => None,
+        }
+    }
+    fn step(self) -> &'static str {
+        match self {
+            What::Installed => "Installed",
+            What::Failed => "Failed",
+            What::Booted => "Booted",
+        }
+    }
+}
+
+/// A reason as given by the machine, made safe for status and events:
+/// printable ASCII, at most 200 characters.
+fn clean_reason(s: &str) -> String {
+    s.chars()
+        .map(|c| {
+            if c.is_ascii_graphic() || c == ' ' {
+                c
+            } else {
+                ' '
+            }
+        })
+        .take(200)
+        .collect::<String>()
+        .trim()
+        .to_string()
+}
+
+pub async fn handler(
+    State(st): State<Arc<BootState>>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    Path(what): Path<String>,
+    RawQuery(q): RawQuery,
+    body: Bytes,
+) -> Response {
+    let r = serve(&st, peer, &what, q.as_deref().unwrap_or_default(), &body).await;
+    st.metrics.request(Endpoint::callhome, r.status());
+    r
+}
+
+async fn serve(st: &BootState, peer: SocketAddr, what: &str, q: &str, body: &[u8]) -> Response {
+    let Some(what) = What::parse(what) else {
+        return st.bad_request("call-home must be installed, failed or booted");
+    };
+    let p = Params::parse(q);
+    let mac = match p.mac() {
+        Ok(m) => m,
+        Err(r) => return st.bad_request(r),
+    };
+    let Some(token) = p.get("token") else {
+        return st.bad_request("token: missing");
+    };
+    let reason = clean_reason(p.get("reason").unwrap_or(&String::from_utf8_lossy(body)));
+    let span = tracing::info_span!("callhome", mac = %super::script::mac_hyphen(&mac), peer = %peer.ip(), what = what.step());
+    let _e = span.enter();
+    let Some(entry) = st.directory.by_mac(&mac) else {
+        return reply(StatusCode::FORBIDDEN, "forbidden: unknown machine");
+    };
+    let m: Machine = match st.store.get_obj(&entry.namespace, &entry.name).await {
+        Ok(m) => m,
+        Err(e) => return st.store_error(e),
+    };
+    let lease = st.leases.as_ref().and_then(|l| l.address_of(&mac));
+    let need = if what == What::Booted {
+        Need::AnyBoot
+    } else {
+        Need::OpenBoot
+    };
+    let boot = match authorize(&st.key, &m, token, peer.ip(), lease, need) {
+        Ok(b) => b.clone(),
+        Err(super::access::Refusal::BootCompleted) if boot_outcome_is(&m, what) => {
+            // A retry of a call-home that already closed the boot.
+            return reply(StatusCode::OK, "already recorded");
+        }
+        Err(why) => {
+            return st
+                .refuse(&m, "CallHomeRefused", "call-home", peer, why)
+                .await;
+        }
+    };
+    if what != What::Booted {
+        let outcome = if what == What::Installed {
+            "installed"
+        } else {
+            "failed"
+        };
+        let r = update_boot(
+            st.store.as_ref(),
+            &entry.namespace,
+            &entry.name,
+            &boot.id,
+            |b| {
+                if b.completed_at.is_some() {
+                    return false;
+                }
+                b.completed_at = Some(jiff::Timestamp::now());
+                b.outcome = Some(outcome.to_string());
+                true
+            },
+        )
+        .await;
+        if let Err(e) = r {
+            return st.store_error(e);
+        }
+        if what == What::Failed {
+            let msg = if reason.is_empty() {
+                "no reason given".to_string()
+            } else {
+                reason.clone()
+            };
+            st.event(&m, EventType::Warning, "InstallFailed", &msg)
+                .await;
+        }
+    }
+    st.record(&entry, what.step(), &reason, None, Some(&boot.id));
+    tracing::info!("call-home recorded");
+    reply(StatusCode::OK, "recorded")
+}
+
+fn boot_outcome_is(m: &Machine, what: What) -> bool {
+    let want = match what {
+        What::Installed => "installed",
+        What::Failed => "failed",
+        What::Booted => return false,
+    };
+    m.status
+        .as_ref()
+        .and_then(|s| s.boot.as_ref())
+        .and_then(|b| b.outcome.as_deref())
+        == Some(want)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reasons_are_cleaned() {
+        assert_eq!(clean_reason("disk\nnot found\0"), "disk not found");
+        assert_eq!(clean_reason(&"x".repeat(500)).len(), 200);
+        assert_eq!(What::parse("installed"), Some(What::Installed));
+        assert_eq!(What::parse("nope"), None);
+    }
+}

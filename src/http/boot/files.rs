@@ -1,0 +1,242 @@
+//! Serving one file from disk: HEAD, a single Range, ETag with
+//! If-None-Match / If-Range, streamed in chunks through a length-limited
+//! reader (a file is never read whole into memory). A completion callback
+//! learns how many bytes went out and whether the body finished, so the
+//! caller can record the boot step and count the transfer.
+
+use std::path::{Component, Path, PathBuf};
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use axum::body::Body;
+use axum::response::{IntoResponse, Response};
+use bytes::Bytes;
+use futures::Stream;
+use http::{HeaderMap, HeaderValue, Method, StatusCode, header};
+use tokio::io::{AsyncReadExt, AsyncSeekExt};
+use tokio_util::io::ReaderStream;
+
+use super::range::{self, RangeDecision};
+
+/// Chunk size of the body stream: large enough to keep the socket busy.
+const CHUNK: usize = 256 * 1024;
+
+/// Called once when a body ends: `(bytes sent, completed)`.
+pub type OnDone = Box<dyn FnOnce(u64, bool) + Send + 'static>;
+
+/// Resolve `rel` (from a URL path) under `root`, refusing anything that
+/// could leave it: `..`, absolute paths, backslashes, NULs, hidden names, and
+/// symlinks that lead outside the root.
+pub async fn resolve_under(root: &Path, rel: &str) -> Option<PathBuf> {
+    if rel.is_empty() || rel.len() > 1024 || rel.contains(['\\', '\0']) || rel.starts_with('/') {
+        return None;
+    }
+    let p = Path::new(rel);
+    for c in p.components() {
+        match c {
+            Component::Normal(s) if !s.to_string_lossy().starts_with('.') => {}
+            _ => return None,
+        }
+    }
+    let root = tokio::fs::canonicalize(root).await.ok()?;
+    let full = tokio::fs::canonicalize(root.join(p)).await.ok()?;
+    full.starts_with(&root).then_some(full)
+}
+
+/// An ETag from size and modification time (cheap, changes when the file does).
+pub fn etag_of(meta: &std::fs::Metadata) -> String {
+    let mtime = meta
+        .modified()
+        .ok()
+        .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+        .map_or(0, |d| d.as_nanos());
+    format!("\"{:x}-{:x}\"", meta.len(), mtime)
+}
+
+/// Why a file could not be served.
+#[derive(Debug, thiserror::Error)]
+pub enum FileError {
+    #[error("not found")]
+    NotFound,
+    #[error("reading the file: {0}")]
+    Io(#[from] std::io::Error),
+}
+
+/// What `serve` sent, for logging.
+pub struct Served {
+    pub response: Response,
+    pub status: StatusCode,
+}
+
+/// Serve `path` for a GET or HEAD. `etag` overrides the size/mtime ETag
+/// (content-addressed images use their digest). `on_done` fires when a
+/// body finishes or is dropped early; it is not called for HEAD, 304 or 416.
+pub async fn serve(
+    path: &Path,
+    method: &Method,
+    headers: &HeaderMap,
+    etag: Option<String>,
+    content_type: &'static str,
+    on_done: Option<OnDone>,
+) -> Result<Served, FileError> {
+    let mut file = match tokio::fs::File::open(path).await {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Err(FileError::NotFound),
+        Err(e) => return Err(e.into()),
+    };
+    let meta = file.metadata().await?;
+    if !meta.is_file() {
+        return Err(FileError::NotFound);
+    }
+    let len = meta.len();
+    let etag = etag.unwrap_or_else(|| etag_of(&meta));
+    let hv = |s: &str| HeaderValue::from_str(s).unwrap_or(HeaderValue::from_static(""));
+    let mut out = HeaderMap::new();
+    out.insert(header::ETAG, hv(&etag));
+    out.insert(header::ACCEPT_RANGES, HeaderValue::from_static("bytes"));
+    out.insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
+    out.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+
+    let text = |h: header::HeaderName| headers.get(h).and_then(|v| v.to_str().ok());
+    if let Some(inm) = text(header::IF_NONE_MATCH)
+        && range::none_match(inm, &etag)
+    {
+        return Ok(Served {
+            response: (StatusCode::NOT_MODIFIED, out).into_response(),
+            status: StatusCode::NOT_MODIFIED,
+        });
+    }
+    let decision = if range::if_range_ok(text(header::IF_RANGE), &etag) {
+        range::decide(text(header::RANGE), len)
+    } else {
+        RangeDecision::Full
+    };
+    let (status, start, count) = match decision {
+        RangeDecision::Full => (StatusCode::OK, 0, len),
+        RangeDecision::Partial { start, end } => {
+            out.insert(
+                header::CONTENT_RANGE,
+                hv(&format!("bytes {start}-{end}/{len}")),
+            );
+            (StatusCode::PARTIAL_CONTENT, start, end - start + 1)
+        }
+        RangeDecision::Unsatisfiable => {
+            out.insert(header::CONTENT_RANGE, hv(&format!("bytes */{len}")));
+            return Ok(Served {
+                response: (StatusCode::RANGE_NOT_SATISFIABLE, out).into_response(),
+                status: StatusCode::RANGE_NOT_SATISFIABLE,
+            });
+        }
+    };
+    out.insert(header::CONTENT_LENGTH, hv(&count.to_string()));
+    if method == Method::HEAD {
+        return Ok(Served {
+            response: (status, out).into_response(),
+            status,
+        });
+    }
+    if start > 0 {
+        file.seek(std::io::SeekFrom::Start(start)).await?;
+    }
+    let stream = Tracked {
+        inner: ReaderStream::with_capacity(file.take(count), CHUNK),
+        sent: 0,
+        expected: count,
+        on_done,
+    };
+    Ok(Served {
+        response: (status, out, Body::from_stream(stream)).into_response(),
+        status,
+    })
+}
+
+/// A body stream that reports its end (or its early drop) once.
+struct Tracked {
+    inner: ReaderStream<tokio::io::Take<tokio::fs::File>>,
+    sent: u64,
+    expected: u64,
+    on_done: Option<OnDone>,
+}
+
+impl Tracked {
+    fn finish(&mut self, complete: bool) {
+        if let Some(f) = self.on_done.take() {
+            f(self.sent, complete);
+        }
+    }
+}
+
+impl Stream for Tracked {
+    type Item = std::io::Result<Bytes>;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        let this = &mut *self;
+        match Pin::new(&mut this.inner).poll_next(cx) {
+            Poll::Ready(Some(Ok(b))) => {
+                this.sent += b.len() as u64;
+                // hyper may stop polling once Content-Length bytes are out,
+                // so the last chunk, not the end of the stream, completes it.
+                if this.sent == this.expected {
+                    this.finish(true);
+                }
+                Poll::Ready(Some(Ok(b)))
+            }
+            Poll::Ready(Some(Err(e))) => {
+                this.finish(false);
+                Poll::Ready(Some(Err(e)))
+            }
+            Poll::Ready(None) => {
+                // A file that shrank while being sent ends short: not complete.
+                let complete = this.sent == this.expected;
+                this.finish(complete);
+                if complete {
+                    Poll::Ready(None)
+                } else {
+                    Poll::Ready(Some(Err(std::io::Error::new(
+                        std::io::ErrorKind::UnexpectedEof,
+                        "file shorter than announced",
+                    ))))
+                }
+            }
+            Poll::Pending => Poll::Pending,
+        }
+    }
+}
+
+impl Drop for Tracked {
+    fn drop(&mut self) {
+        self.finish(false);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn traversal_is_refused() {
+        let d = tempfile::tempdir().unwrap();
+        let root = d.path().join("root");
+        std::fs::create_dir(&root).unwrap();
+        std::fs::write(root.join("ok.bin"), b"x").unwrap();
+        std::fs::write(d.path().join("secret"), b"s").unwrap();
+        std::os::unix::fs::symlink(d.path().join("secret"), root.join("link")).unwrap();
+        std::fs::create_dir(root.join("sub")).unwrap();
+        std::fs::write(root.join("sub/in.bin"), b"y").unwrap();
+        assert!(resolve_under(&root, "ok.bin").await.is_some());
+        assert!(resolve_under(&root, "sub/in.bin").await.is_some());
+        for bad in [
+            "../secret",
+            "/etc/passwd",
+            "sub/../../secret",
+            "link",
+            "sub\\in.bin",
+            ".hidden",
+            "",
+            "a\0b",
+            "missing",
+        ] {
+            assert!(resolve_under(&root, bad).await.is_none(), "{bad:?}");
+        }
+    }
+}

@@ -1,0 +1,371 @@
+//! The boot network HTTP server (its own listener, apart from the API):
+//! iPXE scripts (`/boot.ipxe`), iPXE binaries and other files (`/assets/`),
+//! cached OS images (`/images/`), Ignition configs (`/ignition`) and
+//! call-homes (`/callhome/`). Reads Machines through the boot
+//! [`Directory`] and the store, appends every step to `status.bootHistory`
+//! through the [`BootRecorder`]. Owns no controller logic: it records what
+//! happened (`status.boot.completedAt` / `outcome`) and the controller acts.
+
+pub mod access;
+pub mod assets;
+pub mod cache;
+pub mod callhome;
+pub mod files;
+pub mod ignition;
+pub mod metrics;
+pub mod ra;
+pub mod range;
+pub mod script;
+pub mod script_handler;
+pub mod token;
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use axum::Router;
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use http::StatusCode;
+use tokio_util::sync::CancellationToken;
+
+use crate::api::{BootEvent, Kind, Machine, MachineClass};
+use crate::directory::{BootRecorder, Directory, MachineEntry};
+use crate::store::events::{EventType, Regarding, record};
+use crate::store::{Store, StoreError, TypedStore};
+
+pub use access::LeaseLookup;
+pub use cache::ImageCache;
+pub use ignition::{IgnitionContext, IgnitionSource, IgnitionSourceError, IgnitionStage};
+pub use metrics::BootMetrics;
+pub use token::TokenKey;
+
+use super::boot_config::BootSettings;
+use metrics::ErrorReason;
+
+/// What the boot server is given by `serve`.
+pub struct BootDeps {
+    pub store: Arc<dyn Store>,
+    pub directory: Directory,
+    pub recorder: BootRecorder,
+    pub ignition: Arc<dyn IgnitionSource>,
+    /// DHCP leases, when the DHCP server runs in this process.
+    pub leases: Option<Arc<dyn LeaseLookup>>,
+    pub metrics: BootMetrics,
+}
+
+/// Shared state of every boot request.
+pub struct BootState {
+    pub settings: BootSettings,
+    pub store: Arc<dyn Store>,
+    pub directory: Directory,
+    pub recorder: BootRecorder,
+    pub ignition: Arc<dyn IgnitionSource>,
+    pub leases: Option<Arc<dyn LeaseLookup>>,
+    pub metrics: BootMetrics,
+    pub key: TokenKey,
+    pub cache: ImageCache,
+}
+
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum BootError {
+    #[error(transparent)]
+    Key(#[from] token::TokenKeyError),
+    #[error("cannot listen on boot address {addr}: {source}")]
+    Bind {
+        addr: SocketAddr,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("boot HTTP server: {0}")]
+    Serve(#[source] std::io::Error),
+}
+
+impl BootState {
+    /// Load (or create) the token key under the data directory.
+    pub fn new(settings: BootSettings, deps: BootDeps) -> Result<BootState, BootError> {
+        let key = TokenKey::load_or_create(&settings.data_dir)?;
+        let cache = ImageCache::new(settings.data_dir.join("cache"));
+        Ok(BootState {
+            settings,
+            store: deps.store,
+            directory: deps.directory,
+            recorder: deps.recorder,
+            ignition: deps.ignition,
+            leases: deps.leases,
+            metrics: deps.metrics,
+            key,
+            cache,
+        })
+    }
+
+    pub fn bad_request(&self, reason: &str) -> Response {
+        self.metrics.error(ErrorReason::bad_request);
+        reply(StatusCode::BAD_REQUEST, &format!("bad request: {reason}"))
+    }
+
+    pub fn store_error(&self, e: StoreError) -> Response {
+        self.metrics.error(ErrorReason::store);
+        tracing::warn!(error = %e, "store");
+        if e.is_not_found() {
+            reply(StatusCode::FORBIDDEN, "forbidden: unknown machine")
+        } else {
+            reply(StatusCode::SERVICE_UNAVAILABLE, "store unavailable; retry")
+        }
+    }
+
+    /// Refuse with 403 and a Warning event on the Machine.
+    pub async fn refuse(
+        &self,
+        m: &Machine,
+        reason: &str,
+        what: &str,
+        peer: SocketAddr,
+        why: access::Refusal,
+    ) -> Response {
+        self.metrics.error(ErrorReason::forbidden);
+        tracing::warn!(peer = %peer.ip(), why = %why, "{what} request refused");
+        self.warn(
+            m,
+            reason,
+            &format!("{what} request from {} refused: {why}", peer.ip()),
+        )
+        .await;
+        reply(StatusCode::FORBIDDEN, &format!("forbidden: {why}"))
+    }
+
+    /// A Warning event on the Machine (best effort).
+    pub async fn warn(&self, m: &Machine, reason: &str, message: &str) {
+        self.event(m, EventType::Warning, reason, message).await;
+    }
+
+    pub async fn event(&self, m: &Machine, t: EventType, reason: &str, message: &str) {
+        let about = Regarding {
+            kind: Kind::Machine,
+            namespace: m
+                .metadata
+                .namespace
+                .clone()
+                .unwrap_or_else(|| "default".into()),
+            name: m.metadata.name.clone().unwrap_or_default(),
+            uid: m.metadata.uid.clone(),
+        };
+        if let Err(e) = record(self.store.as_ref(), &about, t, reason, message).await {
+            tracing::warn!(error = %e, "cannot record event");
+        }
+    }
+
+    /// The MachineClass a Machine runs, or a response saying why not.
+    pub async fn class_of(&self, m: &Machine) -> Result<MachineClass, Response> {
+        let ns = m.metadata.namespace.as_deref().unwrap_or("default");
+        let Some(cref) = &m.spec.class_ref else {
+            self.warn(
+                m,
+                "BootMisconfigured",
+                "the machine is booting for install but has no classRef",
+            )
+            .await;
+            return Err(reply(StatusCode::CONFLICT, "machine has no classRef"));
+        };
+        match self.store.get_obj::<MachineClass>(ns, &cref.name).await {
+            Ok(c) => Ok(c),
+            Err(e) if e.is_not_found() => {
+                self.warn(
+                    m,
+                    "BootMisconfigured",
+                    &format!("MachineClass {} not found", cref.name),
+                )
+                .await;
+                Err(reply(
+                    StatusCode::CONFLICT,
+                    "the machine's MachineClass does not exist",
+                ))
+            }
+            Err(e) => Err(self.store_error(e)),
+        }
+    }
+
+    /// URLs of this boot for a renderer or an install script.
+    pub fn ignition_context(&self, mac: &[u8; 6], token: &str, boot_id: &str) -> IgnitionContext {
+        let base = &self.settings.base_url;
+        let q = format!("mac={}&token={token}", script::mac_hyphen(mac));
+        IgnitionContext {
+            token: token.to_string(),
+            mac: crate::api::validate::format_mac(mac),
+            base_url: base.clone(),
+            node_config_url: format!("{base}/ignition?{q}&stage=node"),
+            callhome_base: format!("{base}/callhome"),
+            callhome_query: q,
+            boot_id: boot_id.to_string(),
+        }
+    }
+
+    /// Note `status.boot.ignitionServedAt` (first time only; best effort).
+    pub async fn mark_ignition_served(&self, m: &Machine, boot_id: &str) {
+        let (ns, name) = key_of(m);
+        let r = update_boot(self.store.as_ref(), &ns, &name, boot_id, |b| {
+            if b.ignition_served_at.is_some() {
+                return false;
+            }
+            b.ignition_served_at = Some(jiff::Timestamp::now());
+            true
+        })
+        .await;
+        if let Err(e) = r {
+            tracing::warn!(error = %e, "cannot note ignitionServedAt");
+        }
+    }
+
+    /// Append a boot step to the Machine's history (never blocks).
+    pub fn record(
+        &self,
+        e: &MachineEntry,
+        step: &str,
+        detail: &str,
+        bytes: Option<u64>,
+        boot_id: Option<&str>,
+    ) {
+        self.recorder.record(
+            &e.namespace,
+            &e.name,
+            BootEvent {
+                time: jiff::Timestamp::now(),
+                step: step.into(),
+                detail: detail.into(),
+                bytes,
+                boot_id: boot_id.map(str::to_string),
+            },
+        );
+    }
+}
+
+fn key_of(m: &Machine) -> (String, String) {
+    (
+        m.metadata
+            .namespace
+            .clone()
+            .unwrap_or_else(|| "default".into()),
+        m.metadata.name.clone().unwrap_or_default(),
+    )
+}
+
+/// Change `status.boot` of a Machine if it is still boot `boot_id`, retrying
+/// on conflicts. `f` returns whether it changed anything.
+pub async fn update_boot(
+    store: &dyn Store,
+    ns: &str,
+    name: &str,
+    boot_id: &str,
+    f: impl Fn(&mut crate::api::BootRecord) -> bool,
+) -> Result<bool, StoreError> {
+    let mut last = None;
+    for _ in 0..10 {
+        let mut m: Machine = store.get_obj(ns, name).await?;
+        let Some(b) = m.status.as_mut().and_then(|s| s.boot.as_mut()) else {
+            return Ok(false);
+        };
+        if b.id != boot_id || !f(b) {
+            return Ok(false);
+        }
+        match store.update_status_obj(&m).await {
+            Ok(_) => return Ok(true),
+            Err(e) if e.is_conflict() => last = Some(e),
+            Err(e) => return Err(e),
+        }
+    }
+    Err(last.unwrap_or_else(|| StoreError::Backend("retries exhausted".into())))
+}
+
+/// A plain-text response.
+pub fn reply(status: StatusCode, text: &str) -> Response {
+    (
+        status,
+        [(http::header::CONTENT_TYPE, "text/plain; charset=utf-8")],
+        format!("{text}\n"),
+    )
+        .into_response()
+}
+
+/// Query parameters (the last value of a repeated name wins).
+pub struct Params(HashMap<String, String>);
+
+impl Params {
+    pub fn parse(q: &str) -> Params {
+        Params(
+            url::form_urlencoded::parse(q.as_bytes())
+                .take(32)
+                .map(|(k, v)| (k.into_owned(), v.into_owned()))
+                .collect(),
+        )
+    }
+    pub fn get(&self, k: &str) -> Option<&str> {
+        self.0.get(k).map(String::as_str)
+    }
+    /// The `mac` parameter, or why it is unusable.
+    pub fn mac(&self) -> Result<[u8; 6], &'static str> {
+        let s = self.get("mac").ok_or("mac: missing")?;
+        crate::api::validate::parse_mac(s).ok_or("mac: not a MAC address (aa-bb-cc-dd-ee-ff)")
+    }
+}
+
+/// The boot router over shared state.
+pub fn router(state: Arc<BootState>) -> Router {
+    Router::new()
+        .route("/boot.ipxe", get(script_handler::handler))
+        .route("/assets/{*path}", get(assets::asset))
+        .route("/images/{sha256}/{name}", get(assets::image))
+        .route("/ignition", get(ignition::handler))
+        .route("/callhome/{what}", post(callhome::handler))
+        .fallback(fallback)
+        .layer(axum::extract::DefaultBodyLimit::max(4096))
+        .layer(tower_http::trace::TraceLayer::new_for_http())
+        .with_state(state)
+}
+
+async fn fallback() -> Response {
+    reply(StatusCode::NOT_FOUND, "not found")
+}
+
+/// Bind the boot listener (fail fast: call before starting anything else).
+pub async fn bind(addr: SocketAddr) -> Result<tokio::net::TcpListener, BootError> {
+    tokio::net::TcpListener::bind(addr)
+        .await
+        .map_err(|source| BootError::Bind { addr, source })
+}
+
+/// Serve until cancelled; in-flight requests get a short drain.
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    state: Arc<BootState>,
+    cancel: CancellationToken,
+) -> Result<(), BootError> {
+    if let Some(ra) = state.settings.router_advertisement.clone() {
+        tokio::spawn(ra::run(ra, cancel.clone()));
+    }
+    let app = router(state).into_make_service_with_connect_info::<SocketAddr>();
+    axum::serve(listener, app)
+        .with_graceful_shutdown(async move { cancel.cancelled().await })
+        .await
+        .map_err(BootError::Serve)
+}
+
+/// Start the boot HTTP service from `serve`: binds the listener first
+/// (fail fast), then runs the server (and the optional router
+/// advertisements) in `tasks` under `cancel`.
+pub async fn start(
+    settings: BootSettings,
+    deps: BootDeps,
+    tasks: &mut tokio::task::JoinSet<()>,
+    cancel: CancellationToken,
+) -> Result<(), BootError> {
+    let listener = bind(settings.listen).await?;
+    let state = Arc::new(BootState::new(settings, deps)?);
+    tracing::info!(listen = %state.settings.listen, base_url = %state.settings.base_url, "boot HTTP server listening");
+    tasks.spawn(async move {
+        if let Err(e) = serve(listener, state, cancel).await {
+            tracing::error!(error = %e, "boot HTTP server stopped");
+        }
+    });
+    Ok(())
+}

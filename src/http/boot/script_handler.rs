@@ -1,0 +1,209 @@
+//! `GET /boot.ipxe[?mac=..&arch=..&platform=..]`: picks and renders a
+//! machine's iPXE script. Without a MAC it answers a chain script that asks
+//! again with iPXE's own values. An unknown MAC gets a script that says so
+//! and hands back to the firmware: it never gets an OS (DHCP records it as a
+//! DiscoveredMachine; this only refreshes that object's `lastSeen`).
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use axum::extract::{ConnectInfo, RawQuery, State};
+use axum::response::{IntoResponse, Response};
+use http::{StatusCode, header};
+
+use super::metrics::{Endpoint, ErrorReason};
+use super::script::{self, InstallParams, Platform, WaitReason, is_word, mac_hyphen};
+use super::{BootState, Params, reply};
+use crate::api::{DiscoveredMachine, Machine};
+use crate::directory::{BootIntent, MachineEntry};
+use crate::store::TypedStore;
+
+pub async fn handler(
+    State(st): State<Arc<BootState>>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    RawQuery(q): RawQuery,
+) -> Response {
+    let r = serve(&st, peer, q.as_deref().unwrap_or_default()).await;
+    st.metrics.request(Endpoint::script, r.status());
+    r
+}
+
+fn ipxe(body: String) -> Response {
+    (
+        StatusCode::OK,
+        [
+            (header::CONTENT_TYPE, "text/plain; charset=utf-8"),
+            (header::CACHE_CONTROL, "no-store"),
+        ],
+        body,
+    )
+        .into_response()
+}
+
+async fn serve(st: &BootState, peer: SocketAddr, q: &str) -> Response {
+    let p = Params::parse(q);
+    let wait = st.settings.wait_seconds;
+    if p.get("mac").is_none() {
+        return match script::render_chain(&st.settings.base_url, wait) {
+            Ok(s) => ipxe(s),
+            Err(e) => render_failed(st, e),
+        };
+    }
+    let mac = match p.mac() {
+        Ok(m) => m,
+        Err(r) => return st.bad_request(r),
+    };
+    let arch = p.get("arch").filter(|a| !a.is_empty());
+    let plat = p.get("platform").filter(|a| !a.is_empty());
+    for (name, v) in [("arch", arch), ("platform", plat)] {
+        if v.is_some_and(|v| !is_word(v)) {
+            return st.bad_request(&format!("{name}: must be a short word like x86_64 or efi"));
+        }
+    }
+    let platform = Platform::from_query(plat, arch);
+    let span = tracing::info_span!("boot_script", mac = %mac_hyphen(&mac), peer = %peer.ip());
+    let _e = span.enter();
+    let Some(entry) = st.directory.by_mac(&mac) else {
+        discovered(st, &mac, peer).await;
+        tracing::info!("unknown machine: discovery script");
+        return match script::render_wait(&mac, WaitReason::Unknown, wait) {
+            Ok(s) => ipxe(s),
+            Err(e) => render_failed(st, e),
+        };
+    };
+    // The directory may lag the store by a moment; the store decides.
+    let m: Machine = match st.store.get_obj(&entry.namespace, &entry.name).await {
+        Ok(m) => m,
+        Err(e) => return st.store_error(e),
+    };
+    let intent = MachineEntry::from_machine(&m).map_or(BootIntent::Idle, |e| e.intent);
+    let (kind, rendered) = match &intent {
+        BootIntent::Install { boot_id, purpose } => {
+            match install(st, &m, &mac, boot_id, purpose, arch, plat).await {
+                Ok(rendered) => ("install", rendered),
+                Err(r) => return r,
+            }
+        }
+        BootIntent::LocalDisk => ("localDisk", script::render_local(&entry.name, platform)),
+        BootIntent::Idle => ("idle", script::render_wait(&mac, WaitReason::Idle, wait)),
+    };
+    let s = match rendered {
+        Ok(s) => s,
+        Err(e) => {
+            st.warn(&m, "BootScriptFailed", &e.to_string()).await;
+            return render_failed(st, e);
+        }
+    };
+    let boot_id = match &intent {
+        BootIntent::Install { boot_id, .. } => Some(boot_id.as_str()),
+        _ => None,
+    };
+    st.record(&entry, "Script", kind, Some(s.len() as u64), boot_id);
+    st.metrics.transfer(Endpoint::script, s.len() as u64, true);
+    tracing::info!(script = kind, "iPXE script served");
+    ipxe(s)
+}
+
+fn render_failed(st: &BootState, e: script::ScriptError) -> Response {
+    st.metrics.error(ErrorReason::render);
+    tracing::warn!(error = %e, "cannot render iPXE script");
+    reply(
+        StatusCode::INTERNAL_SERVER_ERROR,
+        &format!("cannot render the script: {e}"),
+    )
+}
+
+async fn install(
+    st: &BootState,
+    m: &Machine,
+    mac: &[u8; 6],
+    boot_id: &str,
+    purpose: &str,
+    arch: Option<&str>,
+    plat: Option<&str>,
+) -> Result<Result<String, script::ScriptError>, Response> {
+    let class = st.class_of(m).await?;
+    let image = m
+        .spec
+        .overrides
+        .as_ref()
+        .and_then(|o| o.image.clone())
+        .unwrap_or_else(|| class.spec.image.clone());
+    let mut shas = Vec::new();
+    for a in [&image.kernel, &image.initrd] {
+        match st.cache.ensure(a).await {
+            Ok(s) => shas.push(s),
+            Err(e) => {
+                st.metrics.error(ErrorReason::cache);
+                tracing::warn!(error = %e, "image cache");
+                st.warn(m, "ImageUnavailable", &e.to_string()).await;
+                return Err(reply(
+                    StatusCode::BAD_GATEWAY,
+                    &format!("image unavailable: {e}"),
+                ));
+            }
+        }
+    }
+    let uid = m.metadata.uid.as_deref().unwrap_or_default();
+    let token = st.key.mint(uid, boot_id);
+    let ctx = st.ignition_context(mac, &token, boot_id);
+    let base = &st.settings.base_url;
+    let mh = mac_hyphen(mac);
+    let image_url = |sha: &str, name: &str| format!("{base}/images/{sha}/{name}?mac={mh}");
+    let kernel_url = image_url(&shas[0], "kernel");
+    let initrd_url = image_url(&shas[1], "initrd");
+    let ignition_url = format!("{base}/ignition?{}", ctx.callhome_query);
+    let mut args = class.spec.kernel_args.clone();
+    args.extend(st.settings.kernel_args.iter().cloned());
+    args.extend([
+        "ignition.firstboot".to_string(),
+        "ignition.platform.id=metal".to_string(),
+        format!("ignition.config.url={ignition_url}"),
+        // metalherd's own installer and test OS read this one; they call
+        // home at the same URL with `/ignition?` -> `/callhome/{what}?`.
+        format!("metalherd.ignition={ignition_url}"),
+    ]);
+    let mut retry = format!("{base}/boot.ipxe?mac={mh}");
+    for (k, v) in [("arch", arch), ("platform", plat)] {
+        if let Some(v) = v {
+            retry.push_str(&format!("&{k}={v}"));
+        }
+    }
+    let name = m.metadata.name.as_deref().unwrap_or_default();
+    Ok(script::render_install(&InstallParams {
+        machine: name,
+        boot_id,
+        purpose,
+        os: &image.os,
+        version: &image.version,
+        kernel_url: &kernel_url,
+        initrd_url: &initrd_url,
+        kernel_args: &args,
+        retry_url: &retry,
+        wait_seconds: st.settings.wait_seconds,
+    }))
+}
+
+/// Refresh `lastSeen` of the DiscoveredMachine the DHCP server recorded for
+/// this MAC (at most once a minute). HTTP never creates one: anyone can ask
+/// for any MAC over HTTP, and objects must not be minted from that.
+async fn discovered(st: &BootState, mac: &[u8; 6], peer: SocketAddr) {
+    let name = crate::dhcp::discovery::object_name(mac);
+    let now = jiff::Timestamp::now();
+    let store = st.store.as_ref();
+    let r = match store.get_obj::<DiscoveredMachine>("default", &name).await {
+        Ok(mut d) => {
+            if now.duration_since(d.spec.last_seen) < jiff::SignedDuration::from_secs(60) {
+                return;
+            }
+            d.spec.last_seen = now;
+            d.spec.address = Some(peer.ip().to_string());
+            store.update_obj(&d).await.map(|_| ())
+        }
+        Err(e) if e.is_not_found() => Ok(()),
+        Err(e) => Err(e),
+    };
+    if let Err(e) = r {
+        tracing::warn!(error = %e, "cannot refresh discovered machine");
+    }
+}

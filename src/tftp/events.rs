@@ -1,0 +1,167 @@
+//! The boot-timeline hook: the server reports each finished transfer to a
+//! [`TftpEvents`]; [`BootTimeline`] turns completed ones into `TFTP` steps
+//! of the Machine that has the peer's address. Never blocks the transfer.
+
+use std::net::{IpAddr, SocketAddr};
+
+use crate::api::BootEvent;
+use crate::directory::{BootIntent, BootRecorder, Directory};
+
+/// One finished transfer.
+#[derive(Clone, Debug)]
+pub struct TransferReport<'a> {
+    pub peer: SocketAddr,
+    pub file: &'a str,
+    /// File bytes sent.
+    pub bytes: u64,
+    /// The metrics outcome word (`complete`, `client_error`, ...).
+    pub outcome: &'static str,
+}
+
+/// Receives transfer reports. Called on the transfer's task: keep it quick.
+pub trait TftpEvents: Send + Sync {
+    fn transfer_finished(&self, report: &TransferReport<'_>);
+}
+
+/// Reports go nowhere.
+pub struct NoEvents;
+
+impl TftpEvents for NoEvents {
+    fn transfer_finished(&self, _report: &TransferReport<'_>) {}
+}
+
+/// Appends a `TFTP` boot step (file, bytes) to the Machine whose reserved
+/// address is the peer's; transfers from unknown addresses are not recorded.
+pub struct BootTimeline {
+    pub directory: Directory,
+    pub recorder: BootRecorder,
+}
+
+impl TftpEvents for BootTimeline {
+    fn transfer_finished(&self, r: &TransferReport<'_>) {
+        if r.outcome != "complete" {
+            return;
+        }
+        let IpAddr::V4(ip) = r.peer.ip() else { return };
+        let Some(m) = self.directory.by_ip(&ip) else {
+            return;
+        };
+        let boot_id = match &m.intent {
+            BootIntent::Install { boot_id, .. } => Some(boot_id.clone()),
+            _ => None,
+        };
+        self.recorder.record(
+            &m.namespace,
+            &m.name,
+            BootEvent {
+                time: jiff::Timestamp::now(),
+                step: "TFTP".into(),
+                detail: r.file.to_string(),
+                bytes: Some(r.bytes),
+                boot_id,
+            },
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::{Arc, Mutex};
+
+    use async_trait::async_trait;
+    use serde_json::Value;
+    use tokio_util::sync::CancellationToken;
+
+    use super::*;
+    use crate::api::{Kind, Machine, MachineNetwork, MachineSpec};
+    use crate::store::{Deleted, ListOptions, ObjectList, Store, StoreError, WatchStream};
+
+    /// Holds one Machine; only `get` and `update_status` are expected.
+    struct OneMachine(Mutex<Value>);
+
+    fn unexpected() -> StoreError {
+        StoreError::Backend("unexpected call".into())
+    }
+
+    #[async_trait]
+    impl Store for OneMachine {
+        async fn get(&self, _: Kind, _: &str, _: &str) -> Result<Value, StoreError> {
+            Ok(self.0.lock().unwrap().clone())
+        }
+        async fn list(&self, _: Kind, _: &ListOptions) -> Result<ObjectList, StoreError> {
+            Err(unexpected())
+        }
+        async fn create(&self, _: Kind, _: Value) -> Result<Value, StoreError> {
+            Err(unexpected())
+        }
+        async fn update(&self, _: Kind, _: Value) -> Result<Value, StoreError> {
+            Err(unexpected())
+        }
+        async fn update_status(&self, _: Kind, obj: Value) -> Result<Value, StoreError> {
+            *self.0.lock().unwrap() = obj.clone();
+            Ok(obj)
+        }
+        async fn delete(&self, _: Kind, _: &str, _: &str) -> Result<Deleted, StoreError> {
+            Err(unexpected())
+        }
+        async fn watch(
+            &self,
+            _: Kind,
+            _: &ListOptions,
+            _: Option<u64>,
+        ) -> Result<WatchStream, StoreError> {
+            Err(unexpected())
+        }
+    }
+
+    #[tokio::test]
+    async fn completed_transfers_become_tftp_steps_of_the_machine_at_that_address() {
+        let mut m = Machine::new(
+            "node-1",
+            MachineSpec {
+                boot_mac_address: Some("52:54:00:12:34:56".into()),
+                network: Some(MachineNetwork {
+                    address: Some("10.20.0.7/24".into()),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            },
+        );
+        m.metadata.namespace = Some("default".into());
+        let directory = Directory::new();
+        directory.upsert(&m);
+        assert!(directory.by_ip(&"10.20.0.7".parse().unwrap()).is_some());
+        let store = Arc::new(OneMachine(Mutex::new(serde_json::to_value(&m).unwrap())));
+        let cancel = CancellationToken::new();
+        let timeline = BootTimeline {
+            directory,
+            recorder: BootRecorder::spawn(store.clone(), cancel.clone()),
+        };
+        let report = |ip: &str, outcome| TransferReport {
+            peer: SocketAddr::new(ip.parse().unwrap(), 1234),
+            file: "ipxe.efi",
+            bytes: 850_528,
+            outcome,
+        };
+        timeline.transfer_finished(&report("10.20.0.9", "complete")); // unknown
+        timeline.transfer_finished(&report("10.20.0.7", "client_error")); // tsize probe
+        timeline.transfer_finished(&report("10.20.0.7", "complete"));
+        let mut tries = 0;
+        let history = loop {
+            tries += 1;
+            assert!(tries < 3000, "the step was never recorded");
+            let v = store.0.lock().unwrap().clone();
+            let m: Machine = serde_json::from_value(v).unwrap();
+            let h = m.status.unwrap_or_default().boot_history;
+            if !h.is_empty() {
+                break h;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        };
+        assert_eq!(history.len(), 1, "{history:?}");
+        assert_eq!(history[0].step, "TFTP");
+        assert_eq!(history[0].detail, "ipxe.efi");
+        assert_eq!(history[0].bytes, Some(850_528));
+        cancel.cancel();
+    }
+}

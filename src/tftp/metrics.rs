@@ -1,0 +1,140 @@
+//! TFTP metrics (prometheus-client) under `metalherd_tftp_`: transfers by
+//! outcome, bytes, retransmissions, duplicate ACKs, malformed packets and
+//! dropped requests. Labels are fixed words, never peers or file names.
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::Registry;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct OutcomeLabel {
+    pub outcome: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ReasonLabel {
+    pub reason: &'static str,
+}
+
+/// Cheap to clone: every clone updates the same counters.
+#[derive(Clone, Default, Debug)]
+pub struct TftpMetrics {
+    /// Finished transfers by outcome: `complete`, `client_error`,
+    /// `client_gone`, `timed_out`, `not_found`, `forbidden`, `write_refused`,
+    /// `read_error`, `socket_error`, `shutdown`.
+    pub transfers: Family<OutcomeLabel, Counter>,
+    /// File bytes sent (first transmissions only).
+    pub bytes: Counter,
+    pub retransmissions: Counter,
+    pub duplicate_acks: Counter,
+    /// Datagrams that are not TFTP, by decode error.
+    pub malformed: Family<ReasonLabel, Counter>,
+    /// Requests not served: `busy` (too many transfers), `duplicate` (a
+    /// retransmitted request for a transfer already running).
+    pub dropped_requests: Family<ReasonLabel, Counter>,
+    pub active: Gauge,
+}
+
+impl TftpMetrics {
+    pub fn register(&self, registry: &mut Registry) {
+        let r = registry.sub_registry_with_prefix("metalherd_tftp");
+        r.register(
+            "transfers",
+            "Finished TFTP transfers by outcome",
+            self.transfers.clone(),
+        );
+        r.register("bytes", "File bytes sent over TFTP", self.bytes.clone());
+        r.register(
+            "retransmissions",
+            "DATA or OACK packets sent again",
+            self.retransmissions.clone(),
+        );
+        r.register(
+            "duplicate_acks",
+            "ACKs ignored as duplicate or stale",
+            self.duplicate_acks.clone(),
+        );
+        r.register(
+            "malformed_packets",
+            "Datagrams dropped as malformed, by reason",
+            self.malformed.clone(),
+        );
+        r.register(
+            "dropped_requests",
+            "Read requests not served, by reason",
+            self.dropped_requests.clone(),
+        );
+        r.register(
+            "active_transfers",
+            "Transfers in flight",
+            self.active.clone(),
+        );
+    }
+
+    pub fn transfer(&self, outcome: &'static str) {
+        self.transfers
+            .get_or_create(&OutcomeLabel { outcome })
+            .inc();
+    }
+
+    pub fn transfers_with(&self, outcome: &'static str) -> u64 {
+        self.transfers
+            .get(&OutcomeLabel { outcome })
+            .map(|c| c.get())
+            .unwrap_or(0)
+    }
+
+    pub fn malformed(&self, reason: &'static str) {
+        self.malformed.get_or_create(&ReasonLabel { reason }).inc();
+    }
+
+    /// All malformed datagrams, whatever the reason.
+    pub fn malformed_total(&self) -> u64 {
+        // Family has no iterator; sum the known reasons.
+        [
+            "truncated",
+            "unknown_opcode",
+            "unterminated",
+            "not_utf8",
+            "empty_filename",
+            "bad_mode",
+            "odd_options",
+            "trailing",
+            "unexpected",
+        ]
+        .iter()
+        .filter_map(|&reason| self.malformed.get(&ReasonLabel { reason }).map(|c| c.get()))
+        .sum()
+    }
+
+    pub fn dropped(&self, reason: &'static str) {
+        self.dropped_requests
+            .get_or_create(&ReasonLabel { reason })
+            .inc();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn encodes_under_the_metalherd_prefix() {
+        let m = TftpMetrics::default();
+        let mut reg = Registry::default();
+        m.register(&mut reg);
+        m.transfer("complete");
+        m.malformed("truncated");
+        m.bytes.inc_by(10);
+        let mut s = String::new();
+        prometheus_client::encoding::text::encode(&mut s, &reg).unwrap();
+        assert!(
+            s.contains("metalherd_tftp_transfers_total{outcome=\"complete\"} 1"),
+            "{s}"
+        );
+        assert!(s.contains("metalherd_tftp_bytes_total 10"), "{s}");
+        assert_eq!(m.malformed_total(), 1);
+    }
+}

@@ -1,0 +1,426 @@
+//! The tokio driver: one listening socket for requests, a fresh ephemeral
+//! socket and a task per transfer (RFC 1350's TIDs), bounded by a
+//! semaphore, ended by a cancellation token with a drain deadline. All
+//! protocol decisions are the session's; this file only moves bytes
+//! between sockets, the file source and the session, and keeps metrics.
+
+use std::collections::HashMap;
+use std::hash::{Hash, Hasher};
+use std::net::{IpAddr, SocketAddr};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use tokio::net::UdpSocket;
+use tokio::sync::Semaphore;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+use tracing::Instrument;
+
+use super::config::{ConfigError, TftpConfig};
+use super::events::{TftpEvents, TransferReport};
+use super::metrics::TftpMetrics;
+use super::packet::{self, Mode, Packet, Request, code};
+use super::session::{Action, Limits, Outcome, Session};
+use super::source::{FileSource, Netascii, SourceError};
+
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum TftpError {
+    #[error("tftp: cannot listen on {addr}: {source}")]
+    Bind {
+        addr: SocketAddr,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+}
+
+/// A bound listening socket, ready to serve. Binding apart from serving
+/// lets `serve` fail fast and tests learn the port picked for `:0`.
+pub struct TftpServer {
+    socket: UdpSocket,
+    local: SocketAddr,
+    limits: Limits,
+    config: TftpConfig,
+}
+
+/// Bind the listening socket described by `config`.
+pub fn bind(config: &TftpConfig) -> Result<TftpServer, TftpError> {
+    let limits = config.validate()?;
+    let addr = config.listen;
+    let bind_err = |source| TftpError::Bind { addr, source };
+    let sock = socket2::Socket::new(
+        socket2::Domain::for_address(addr),
+        socket2::Type::DGRAM,
+        Some(socket2::Protocol::UDP),
+    )
+    .map_err(bind_err)?;
+    // A boot storm arrives as a burst of requests: give them room.
+    let _ = sock.set_recv_buffer_size(4 << 20);
+    sock.set_nonblocking(true).map_err(bind_err)?;
+    sock.bind(&addr.into()).map_err(bind_err)?;
+    let socket = UdpSocket::from_std(sock.into()).map_err(bind_err)?;
+    let local = socket.local_addr().map_err(bind_err)?;
+    Ok(TftpServer {
+        socket,
+        local,
+        limits,
+        config: config.clone(),
+    })
+}
+
+/// Bind and serve until `cancel` fires, then let transfers drain.
+pub async fn run(
+    config: TftpConfig,
+    source: Arc<dyn FileSource>,
+    events: Arc<dyn TftpEvents>,
+    cancel: CancellationToken,
+) -> Result<(), TftpError> {
+    bind(&config)?
+        .serve(source, events, TftpMetrics::default(), cancel)
+        .await;
+    Ok(())
+}
+
+/// What every transfer task shares.
+struct Ctx {
+    source: Arc<dyn FileSource>,
+    events: Arc<dyn TftpEvents>,
+    metrics: TftpMetrics,
+    limits: Limits,
+    local_ip: IpAddr,
+    /// Peers with a transfer running, with a digest of the request that
+    /// started it and the transfer's id: a retransmitted (byte-identical)
+    /// request from the same address and port must not start a second
+    /// transfer, while a different one (UEFI's real read right after its
+    /// size probe, possibly from the same port) must not be dropped.
+    active: Mutex<HashMap<SocketAddr, (u64, u64)>>,
+    next_id: AtomicU64,
+}
+
+impl TftpServer {
+    pub fn local_addr(&self) -> SocketAddr {
+        self.local
+    }
+
+    /// Serve requests until `cancel` fires; then stop accepting, give
+    /// transfers in flight `drainMs` to finish, and abort the rest.
+    pub async fn serve(
+        self,
+        source: Arc<dyn FileSource>,
+        events: Arc<dyn TftpEvents>,
+        metrics: TftpMetrics,
+        cancel: CancellationToken,
+    ) {
+        let ctx = Arc::new(Ctx {
+            source,
+            events,
+            metrics,
+            limits: self.limits,
+            local_ip: self.local.ip(),
+            active: Mutex::new(HashMap::new()),
+            next_id: AtomicU64::new(0),
+        });
+        let permits = Arc::new(Semaphore::new(self.config.max_transfers));
+        let tracker = TaskTracker::new();
+        let hard_stop = CancellationToken::new();
+        let mut buf = vec![0u8; 65536];
+        tracing::info!(listen = %self.local, "tftp server listening");
+        loop {
+            let (n, peer) = tokio::select! {
+                _ = cancel.cancelled() => break,
+                r = self.socket.recv_from(&mut buf) => match r {
+                    Ok(x) => x,
+                    Err(e) => {
+                        tracing::debug!(error = %e, "tftp receive failed");
+                        continue;
+                    }
+                },
+            };
+            let (write, req) = match Packet::decode(buf.get(..n).unwrap_or_default()) {
+                Ok(Packet::Rrq(r)) => (false, r),
+                Ok(Packet::Wrq(r)) => (true, r),
+                Ok(_) => {
+                    ctx.metrics.malformed("unexpected");
+                    continue;
+                }
+                Err(e) => {
+                    ctx.metrics.malformed(e.reason());
+                    tracing::debug!(%peer, error = %e, "malformed tftp request dropped");
+                    continue;
+                }
+            };
+            let raw = buf.get(..n).unwrap_or_default();
+            let Some(guard) = ActiveGuard::claim(&ctx, peer, raw) else {
+                ctx.metrics.dropped("duplicate");
+                continue;
+            };
+            let Ok(permit) = permits.clone().try_acquire_owned() else {
+                // The client retries its request after its own timeout.
+                ctx.metrics.dropped("busy");
+                continue;
+            };
+            let span = tracing::info_span!("tftp_transfer", %peer, file = %req.filename);
+            let ctx2 = ctx.clone();
+            let stop = hard_stop.clone();
+            tracker.spawn(
+                async move {
+                    transfer(&ctx2, peer, write, req, stop).await;
+                    drop(guard);
+                    drop(permit);
+                }
+                .instrument(span),
+            );
+        }
+        tracker.close();
+        let drain = Duration::from_millis(self.config.drain_ms);
+        if tokio::time::timeout(drain, tracker.wait()).await.is_err() {
+            tracing::info!(
+                left = tracker.len(),
+                "tftp drain deadline passed; aborting transfers"
+            );
+            hard_stop.cancel();
+            tracker.wait().await;
+        }
+        tracing::info!("tftp server stopped");
+    }
+}
+
+/// Marks a peer as having a transfer running, for as long as it lives.
+struct ActiveGuard {
+    ctx: Arc<Ctx>,
+    peer: SocketAddr,
+    id: u64,
+}
+
+impl ActiveGuard {
+    /// `None` when `request` repeats the one that started the peer's
+    /// running transfer. A digest collision only drops a request, which
+    /// the client retries.
+    fn claim(ctx: &Arc<Ctx>, peer: SocketAddr, request: &[u8]) -> Option<ActiveGuard> {
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        request.hash(&mut h);
+        let digest = h.finish();
+        let mut map = ctx.active.lock().ok()?;
+        if map.get(&peer).is_some_and(|&(d, _)| d == digest) {
+            return None;
+        }
+        let id = ctx.next_id.fetch_add(1, Ordering::Relaxed);
+        map.insert(peer, (digest, id));
+        Some(ActiveGuard {
+            ctx: ctx.clone(),
+            peer,
+            id,
+        })
+    }
+}
+
+impl Drop for ActiveGuard {
+    fn drop(&mut self) {
+        if let Ok(mut map) = self.ctx.active.lock()
+            && map.get(&self.peer).is_some_and(|&(_, id)| id == self.id)
+        {
+            map.remove(&self.peer);
+        }
+    }
+}
+
+/// How a transfer task ended, beyond what the session decides.
+enum End {
+    Session(Outcome),
+    ReadError(std::io::Error),
+    Socket(std::io::Error),
+    Shutdown,
+}
+
+async fn transfer(ctx: &Ctx, peer: SocketAddr, write: bool, req: Request, stop: CancellationToken) {
+    ctx.metrics.active.inc();
+    let (outcome, bytes) = transfer_inner(ctx, peer, write, &req, stop).await;
+    ctx.metrics.active.dec();
+    ctx.metrics.transfer(outcome);
+    if matches!(outcome, "complete" | "client_error" | "client_gone") {
+        tracing::debug!(outcome, bytes, "tftp transfer finished");
+    } else {
+        tracing::info!(outcome, bytes, "tftp transfer failed");
+    }
+    ctx.events.transfer_finished(&TransferReport {
+        peer,
+        file: &req.filename,
+        bytes,
+        outcome,
+    });
+}
+
+async fn transfer_inner(
+    ctx: &Ctx,
+    peer: SocketAddr,
+    write: bool,
+    req: &Request,
+    stop: CancellationToken,
+) -> (&'static str, u64) {
+    let sock = match new_transfer_socket(ctx.local_ip, peer).await {
+        Ok(s) => s,
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot open a transfer socket");
+            return ("socket_error", 0);
+        }
+    };
+    if write {
+        let _ = sock
+            .send(&packet::encode_error(
+                code::ACCESS_VIOLATION,
+                "writes are not accepted",
+            ))
+            .await;
+        return ("write_refused", 0);
+    }
+    let mut file = match ctx.source.open(&req.filename).await {
+        Ok(f) => f,
+        Err(e) => {
+            let c = match e {
+                SourceError::NotFound => code::FILE_NOT_FOUND,
+                SourceError::Forbidden => code::ACCESS_VIOLATION,
+                _ => code::NOT_DEFINED,
+            };
+            let _ = sock.send(&packet::encode_error(c, &e.to_string())).await;
+            let word = match e {
+                SourceError::NotFound => "not_found",
+                SourceError::Forbidden => "forbidden",
+                _ => "read_error",
+            };
+            return (word, 0);
+        }
+    };
+
+    if req.mode == Mode::Netascii {
+        file = Box::new(Netascii::new(file));
+    }
+    let mut out = Vec::with_capacity(16);
+    let mut batch = Vec::with_capacity(16);
+    let mut session = Session::new(req, file.size(), &ctx.limits, Instant::now(), &mut out);
+    let mut data = vec![0u8; usize::from(session.negotiated().blksize)];
+    let mut rbuf = vec![0u8; 2048];
+    // One timer and one cancellation waiter for the whole transfer, reset
+    // in place: cheaper than new ones for every packet.
+    let timer = tokio::time::sleep(Duration::from_secs(3600));
+    tokio::pin!(timer);
+    let stopped = stop.cancelled();
+    tokio::pin!(stopped);
+    let end = 'run: loop {
+        // Carry out what the session asked for; a Read feeds more actions.
+        let mut armed = None;
+        while !out.is_empty() {
+            std::mem::swap(&mut out, &mut batch);
+            for action in batch.drain(..) {
+                match action {
+                    Action::Send(b) => {
+                        if let Err(e) = send(&sock, &b).await {
+                            break 'run End::Socket(e);
+                        }
+                    }
+                    Action::Arm(t) => armed = Some(t),
+                    Action::Read { len } => {
+                        let buf = data.get_mut(..len).unwrap_or_default();
+                        match file.read(buf).await {
+                            Ok(n) => {
+                                let got = buf.get(..n).unwrap_or_default();
+                                session.on_read(Instant::now(), got, &mut out);
+                            }
+                            Err(e) => break 'run End::ReadError(e),
+                        }
+                    }
+                    Action::Finish(o) => break 'run End::Session(o),
+                }
+            }
+        }
+        // Only the last Arm of a burst counts: reset the timer once.
+        if let Some(t) = armed {
+            timer.as_mut().reset(tokio::time::Instant::from_std(t));
+        }
+        tokio::select! {
+            biased;
+            _ = &mut stopped => break End::Shutdown,
+            r = sock.recv(&mut rbuf) => match r {
+                Ok(n) => {
+                    let bytes = rbuf.get(..n).unwrap_or_default();
+                    if let Err(e) = session.on_packet(Instant::now(), bytes, &mut out) {
+                        ctx.metrics.malformed(e.reason());
+                    }
+                }
+                Err(e) => break End::Socket(e),
+            },
+            _ = &mut timer => {
+                // Park the timer until the session arms it again.
+                let now = Instant::now();
+                timer.as_mut().reset(tokio::time::Instant::now() + Duration::from_secs(3600));
+                session.on_timer(now, &mut out);
+                if out.is_empty()
+                    && let Some(d) = session.deadline()
+                {
+                    // An early tick: wait for the deadline still pending.
+                    timer.as_mut().reset(tokio::time::Instant::from_std(d));
+                }
+            }
+        }
+    };
+
+    let st = session.stats;
+    ctx.metrics.retransmissions.inc_by(st.retransmissions);
+    ctx.metrics.duplicate_acks.inc_by(st.duplicate_acks);
+    if st.unexpected_packets > 0 {
+        ctx.metrics
+            .malformed
+            .get_or_create(&super::metrics::ReasonLabel {
+                reason: "unexpected",
+            })
+            .inc_by(st.unexpected_packets);
+    }
+    let bytes = session.bytes_sent();
+    ctx.metrics.bytes.inc_by(bytes);
+    let word = match end {
+        End::Session(Outcome::Complete { .. }) => "complete",
+        End::Session(Outcome::ClientError { code, message }) => {
+            tracing::debug!(code, message = %message.escape_debug(), "client ended the transfer");
+            "client_error"
+        }
+        End::Session(Outcome::TimedOut) => "timed_out",
+        End::ReadError(e) => {
+            tracing::warn!(error = %e, "tftp read failed");
+            let _ = sock
+                .send(&packet::encode_error(code::NOT_DEFINED, "read error"))
+                .await;
+            "read_error"
+        }
+        // The client's port is closed (ICMP port unreachable): it is gone.
+        End::Socket(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => "client_gone",
+        End::Socket(e) => {
+            tracing::debug!(error = %e, "tftp transfer socket failed");
+            "socket_error"
+        }
+        End::Shutdown => {
+            let _ = sock
+                .send(&packet::encode_error(
+                    code::NOT_DEFINED,
+                    "server shutting down",
+                ))
+                .await;
+            "shutdown"
+        }
+    };
+    (word, bytes)
+}
+
+async fn send(sock: &UdpSocket, b: &Bytes) -> std::io::Result<()> {
+    sock.send(b).await.map(|_| ())
+}
+
+/// A socket on a new port (the server's TID for this transfer), connected
+/// to the client so the kernel drops datagrams from any other TID.
+async fn new_transfer_socket(local_ip: IpAddr, peer: SocketAddr) -> std::io::Result<UdpSocket> {
+    let sock = UdpSocket::bind(SocketAddr::new(local_ip, 0)).await?;
+    sock.connect(peer).await?;
+    Ok(sock)
+}

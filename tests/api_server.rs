@@ -1,0 +1,330 @@
+//! Story: the REST API behaves like a Kubernetes API server for metalherd's
+//! objects: bearer-token auth, create/get/list/replace/patch/delete with
+//! the right codes and `Status` bodies, status subresource, and watches
+//! streamed over HTTP that resume from a resourceVersion.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod common;
+
+use std::process::Command;
+use std::time::Duration;
+
+use common::manifests::machine;
+use common::proc::{ChildGuard, wait_for};
+use common::server::Server;
+use serde_json::{Value, json};
+
+const MACHINES: &str = "/apis/metalherd.dev/v1alpha1/namespaces/default/machines";
+
+#[test]
+fn requests_without_the_token_get_401_and_healthz_needs_none() {
+    let s = Server::start();
+    for path in [
+        MACHINES,
+        "/api/v1/namespaces/default/secrets",
+        "/metrics",
+        "/nope",
+    ] {
+        let (code, body) = s.http("GET", path, None, None, "");
+        assert_eq!(code, 401, "{path}: {body}");
+        assert_eq!(body["reason"], "Unauthorized", "{path}: {body}");
+        let (code, _) = s.http("GET", path, Some("wrong-token"), None, "");
+        assert_eq!(code, 401, "{path} with a wrong token");
+    }
+    let (code, _) = s.http(
+        "POST",
+        MACHINES,
+        None,
+        Some(&machine("m1")),
+        "application/json",
+    );
+    assert_eq!(code, 401);
+    let (code, _) = s.http("GET", "/healthz", None, None, "");
+    assert_eq!(code, 200);
+    // Nothing was created by the refused POST.
+    let (code, l) = s.req("GET", MACHINES, None);
+    assert_eq!(code, 200);
+    assert_eq!(l["items"], json!([]));
+    // The token file is private.
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(s.data_dir.join("api-token"))
+        .unwrap()
+        .permissions()
+        .mode();
+    assert_eq!(mode & 0o777, 0o600);
+}
+
+#[test]
+fn crud_with_kubernetes_codes() {
+    let s = Server::start();
+    let (code, m1) = s.req("POST", MACHINES, Some(&machine("m1")));
+    assert_eq!(code, 201, "{m1}");
+    assert_eq!(m1["metadata"]["generation"], 1);
+    assert!(m1["metadata"]["uid"].is_string());
+    let (code, dup) = s.req("POST", MACHINES, Some(&machine("m1")));
+    assert_eq!((code, dup["reason"].as_str()), (409, Some("AlreadyExists")));
+    let mut other = machine("m2");
+    other["metadata"]["labels"] = json!({"rack": "r2"});
+    assert_eq!(s.req("POST", MACHINES, Some(&other)).0, 201);
+
+    // List, with a label selector, and across namespaces.
+    let (code, l) = s.req("GET", &format!("{MACHINES}?labelSelector=rack%3Dr2"), None);
+    assert_eq!(code, 200);
+    assert_eq!(l["kind"], "MachineList");
+    assert_eq!(l["items"].as_array().unwrap().len(), 1);
+    assert_eq!(l["items"][0]["metadata"]["name"], "m2");
+    let (_, all) = s.req("GET", "/apis/metalherd.dev/v1alpha1/machines", None);
+    assert_eq!(all["items"].as_array().unwrap().len(), 2);
+    let (code, bad) = s.req("GET", &format!("{MACHINES}?labelSelector=a%20in%20"), None);
+    assert_eq!((code, bad["reason"].as_str()), (400, Some("BadRequest")));
+
+    // Get and 404.
+    let (code, got) = s.req("GET", &format!("{MACHINES}/m1"), None);
+    assert_eq!((code, &got), (200, &m1));
+    let (code, nf) = s.req("GET", &format!("{MACHINES}/nope"), None);
+    assert_eq!((code, nf["reason"].as_str()), (404, Some("NotFound")));
+
+    // Replace: spec change bumps generation; a stale resourceVersion conflicts.
+    let mut upd = m1.clone();
+    upd["spec"]["online"] = json!(true);
+    let (code, m1b) = s.req("PUT", &format!("{MACHINES}/m1"), Some(&upd));
+    assert_eq!(code, 200, "{m1b}");
+    assert_eq!(m1b["metadata"]["generation"], 2);
+    let (code, c) = s.req("PUT", &format!("{MACHINES}/m1"), Some(&upd));
+    assert_eq!((code, c["reason"].as_str()), (409, Some("Conflict")), "{c}");
+    // A body naming another object is a bad request.
+    let (code, _) = s.req("PUT", &format!("{MACHINES}/m2"), Some(&m1b));
+    assert_eq!(code, 400);
+
+    // Merge patch (labels), without a resourceVersion: applied to the latest.
+    let (code, p) = s.http(
+        "PATCH",
+        &format!("{MACHINES}/m1"),
+        Some(&s.token),
+        Some(&json!({"metadata": {"labels": {"role": "worker"}}})),
+        "application/merge-patch+json",
+    );
+    assert_eq!(code, 200, "{p}");
+    assert_eq!(
+        p["metadata"]["labels"],
+        json!({"rack": "r1", "role": "worker"})
+    );
+    assert_eq!(p["metadata"]["generation"], 2, "labels are not spec");
+    let (code, _) = s.http(
+        "PATCH",
+        &format!("{MACHINES}/m1"),
+        Some(&s.token),
+        Some(&json!({"spec": {"online": false}})),
+        "application/json",
+    );
+    assert_eq!(code, 415);
+
+    // Status goes through /status only.
+    let (code, st) = s.http(
+        "PATCH",
+        &format!("{MACHINES}/m1/status"),
+        Some(&s.token),
+        Some(&json!({"status": {"phase": "Available", "powerState": "Off"}})),
+        "application/merge-patch+json",
+    );
+    assert_eq!(code, 200, "{st}");
+    assert_eq!(st["status"]["phase"], "Available");
+    assert_eq!(st["metadata"]["generation"], 2);
+    let mut with_status = st.clone();
+    with_status["status"]["phase"] = json!("Error");
+    let (code, kept) = s.req("PUT", &format!("{MACHINES}/m1"), Some(&with_status));
+    assert_eq!(code, 200, "{kept}");
+    assert_eq!(
+        kept["status"]["phase"], "Available",
+        "PUT must not write status"
+    );
+
+    // Secrets: stringData is folded into data.
+    let (code, sec) = s.req(
+        "POST",
+        "/api/v1/namespaces/default/secrets",
+        Some(&json!({"apiVersion": "v1", "kind": "Secret",
+            "metadata": {"name": "m1-bmc"}, "stringData": {"username": "admin"}})),
+    );
+    assert_eq!(code, 201, "{sec}");
+    assert_eq!(sec["data"]["username"], "YWRtaW4=");
+    // Secrets are core/v1, not under the metalherd group.
+    let (code, _) = s.req(
+        "GET",
+        "/apis/metalherd.dev/v1alpha1/namespaces/default/secrets",
+        None,
+    );
+    assert_eq!(code, 404);
+
+    // Delete, then it is gone.
+    let (code, _) = s.req("DELETE", &format!("{MACHINES}/m1"), None);
+    assert_eq!(code, 200);
+    let (code, _) = s.req("GET", &format!("{MACHINES}/m1"), None);
+    assert_eq!(code, 404);
+    let (code, nf) = s.req("DELETE", &format!("{MACHINES}/m1"), None);
+    assert_eq!((code, nf["reason"].as_str()), (404, Some("NotFound")));
+
+    // Metrics count what happened, under the metalherd_ prefix.
+    let out = Command::new("curl")
+        .args(["-s", "-H", &format!("Authorization: Bearer {}", s.token)])
+        .arg(format!("{}/metrics", s.url))
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("metalherd_api_requests_total{method=\"POST\",code=\"201\"}"),
+        "{text}"
+    );
+    // Secret values never reach the log.
+    assert!(!s.log().contains("YWRtaW4="), "secret data in log");
+}
+
+#[test]
+fn finalizers_only_mark_for_deletion() {
+    let s = Server::start();
+    let mut m = machine("m1");
+    m["metadata"]["finalizers"] = json!(["metalherd.dev/machine"]);
+    assert_eq!(s.req("POST", MACHINES, Some(&m)).0, 201);
+    let (code, marked) = s.req("DELETE", &format!("{MACHINES}/m1"), None);
+    assert_eq!(code, 202, "{marked}");
+    assert!(marked["metadata"]["deletionTimestamp"].is_string());
+    let (code, _) = s.http(
+        "PATCH",
+        &format!("{MACHINES}/m1"),
+        Some(&s.token),
+        Some(&json!({"metadata": {"finalizers": null}})),
+        "application/merge-patch+json",
+    );
+    assert!(code == 200 || code == 404, "{code}");
+    assert_eq!(s.req("GET", &format!("{MACHINES}/m1"), None).0, 404);
+}
+
+/// Start `curl -N` on a watch URL, writing the stream to a file.
+fn start_watch(s: &Server, query: &str, file: &str) -> (ChildGuard, std::path::PathBuf) {
+    let timeout = if query.contains("timeoutSeconds") {
+        ""
+    } else {
+        "&timeoutSeconds=60"
+    };
+    let out = s.dir.path().join(file);
+    let guard = ChildGuard::spawn(
+        "curl watch",
+        Command::new("curl")
+            .args(["-s", "-N", "--max-time", "60", "-H"])
+            .arg(format!("Authorization: Bearer {}", s.token))
+            .arg(format!("{}{MACHINES}?watch=true{timeout}{query}", s.url)),
+        &out,
+    );
+    (guard, out)
+}
+
+fn events(path: &std::path::Path, n: usize) -> Vec<Value> {
+    let got = wait_for(Duration::from_secs(20), || {
+        let text = std::fs::read_to_string(path).ok()?;
+        // Only complete lines: curl may be mid-write.
+        let done = &text[..text.rfind('\n').map_or(0, |i| i + 1)];
+        let lines: Vec<Value> = done
+            .lines()
+            .filter(|l| !l.trim().is_empty())
+            .map(|l| serde_json::from_str(l).expect("watch line is JSON"))
+            .collect();
+        (lines.len() >= n).then_some(lines)
+    });
+    got.unwrap_or_else(|| {
+        panic!(
+            "fewer than {n} watch events: {}",
+            std::fs::read_to_string(path).unwrap_or_default()
+        )
+    })
+}
+
+fn summary(evs: &[Value]) -> Vec<(String, String)> {
+    evs.iter()
+        .map(|e| {
+            (
+                e["type"].as_str().unwrap().to_string(),
+                e["object"]["metadata"]["name"]
+                    .as_str()
+                    .unwrap()
+                    .to_string(),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn watch_streams_changes_over_http_and_resumes_from_a_version() {
+    let s = Server::start();
+    assert_eq!(s.req("POST", MACHINES, Some(&machine("before"))).0, 201);
+    let (_, list) = s.req("GET", MACHINES, None);
+    let rv = list["metadata"]["resourceVersion"]
+        .as_str()
+        .unwrap()
+        .to_string();
+
+    // Without a version: synthetic ADDED for what exists, then changes.
+    let (_g1, plain) = start_watch(&s, "", "w1");
+    // From the list's version: only what comes after.
+    let (_g2, from) = start_watch(&s, &format!("&resourceVersion={rv}"), "w2");
+    // With a selector: only rack r2.
+    let (_g3, sel) = start_watch(
+        &s,
+        &format!("&resourceVersion={rv}&labelSelector=rack%3Dr2"),
+        "w3",
+    );
+    // Both watches are open once the first shows its ADDED event; give the
+    // resumed one a change it must see to prove it is open too.
+    events(&plain, 1);
+
+    let (_, a) = s.req("POST", MACHINES, Some(&machine("a")));
+    let mut b = machine("b");
+    b["metadata"]["labels"]["rack"] = json!("r2");
+    assert_eq!(s.req("POST", MACHINES, Some(&b)).0, 201);
+    let mut a2 = a.clone();
+    a2["spec"]["online"] = json!(true);
+    assert_eq!(s.req("PUT", &format!("{MACHINES}/a"), Some(&a2)).0, 200);
+    assert_eq!(s.req("DELETE", &format!("{MACHINES}/a"), None).0, 200);
+
+    let want_after: Vec<(String, String)> = [
+        ("ADDED", "a"),
+        ("ADDED", "b"),
+        ("MODIFIED", "a"),
+        ("DELETED", "a"),
+    ]
+    .iter()
+    .map(|(t, n)| (t.to_string(), n.to_string()))
+    .collect();
+    let mut want_plain = vec![("ADDED".to_string(), "before".to_string())];
+    want_plain.extend(want_after.clone());
+    assert_eq!(summary(&events(&plain, 5)), want_plain);
+    assert_eq!(summary(&events(&from, 4)), want_after);
+    assert_eq!(
+        summary(&events(&sel, 1)),
+        vec![("ADDED".to_string(), "b".to_string())]
+    );
+
+    // Resume from the middle: exactly the changes after that version.
+    let evs = events(&from, 4);
+    let mid = evs[1]["object"]["metadata"]["resourceVersion"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let (_g4, resumed) = start_watch(
+        &s,
+        &format!("&resourceVersion={mid}&timeoutSeconds=2"),
+        "w4",
+    );
+    let got = events(&resumed, 2);
+    assert_eq!(summary(&got), want_after[2..].to_vec());
+    // The stream ends by itself at timeoutSeconds with nothing more in it.
+    std::thread::sleep(Duration::from_secs(3));
+    assert_eq!(events(&resumed, 2).len(), 2);
+
+    // A bad version is a 400, not a hang.
+    let (code, _) = s.req(
+        "GET",
+        &format!("{MACHINES}?watch=true&resourceVersion=abc"),
+        None,
+    );
+    assert_eq!(code, 400);
+}

@@ -1,0 +1,223 @@
+//! Story: a server network-boots and installs. Real PXE firmware under QEMU
+//! (software emulation) boots against metalherd in a network namespace:
+//! - legacy BIOS: SeaBIOS + QEMU's NIC ROM (iPXE): DHCP -> HTTP script ->
+//!   kernel + initrd;
+//! - UEFI: OVMF firmware DHCP -> TFTP ipxe.efi -> iPXE DHCP -> HTTP script
+//!   -> kernel + initrd.
+//!
+//! The test OS fetches its Ignition config with the per-boot token, calls
+//! home `installed` and prints a marker. The test asserts the marker, the
+//! call-home (the boot is closed with outcome `installed`) and every step
+//! in the Machine's boot history. Each firmware boots twice, without and
+//! with metalherd's minimal IPv6 router advertisement; the time from power
+//! on to the Ignition fetch is printed (not asserted).
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::bootlab;
+use common::initramfs::{self, INSTALL_DONE};
+use common::proc::ChildGuard;
+use common::qemu::{self, BridgeLab, Firmware};
+use metalherd::api::Machine;
+use metalherd::store::embedded::EmbeddedStore;
+use metalherd::store::{Store, TypedStore};
+
+const SERVER_IP: &str = "10.77.0.1";
+const MACHINE_IP: &str = "10.77.0.50";
+
+struct Outcome {
+    to_ignition: Duration,
+    steps: Vec<String>,
+}
+
+async fn boot_once(fw: Firmware, ra: bool, mac: &str, os: &initramfs::TestOs) -> Outcome {
+    // Kept for post-mortems when the test fails; removed when it passes.
+    let work = tempfile::Builder::new()
+        .prefix("mh-qemu")
+        .tempdir()
+        .unwrap()
+        .keep();
+    let lab = BridgeLab::new(&format!("{SERVER_IP}/24"));
+    let data = work.join("data");
+    std::fs::create_dir_all(&data).unwrap();
+
+    // Objects as the controller leaves them right before powering on.
+    {
+        let store: Arc<dyn Store> =
+            Arc::new(EmbeddedStore::open(&data.join(metalherd::app::STORE_FILE)).unwrap());
+        let class = bootlab::class(
+            "lab",
+            bootlab::file_artifact(&os.kernel),
+            bootlab::file_artifact(&os.initrd),
+            &["console=ttyS0", "panic=5"],
+        );
+        store.create_obj(&class).await.unwrap();
+        let m = bootlab::machine("node1", mac, &format!("{MACHINE_IP}/24"), "lab");
+        bootlab::create_booting(store.as_ref(), &m, "boot-1").await;
+    }
+
+    let base = format!("http://{SERVER_IP}:8080");
+    let assets = common::repo_root().join("boot-assets");
+    // metalherd alone answers DHCP, TFTP and HTTP on the boot network.
+    // The test mints the boot itself (as the Machine controller would), so
+    // the controller stays off.
+    let mut config = format!(
+        "controller:
+  enabled: false
+dhcp:
+  interface: {br}
+  mode: authoritative
+  httpBootUrl: {base}
+  subnets:
+    - subnet: 10.77.0.0/24
+      ranges: [{{start: 10.77.0.100, end: 10.77.0.150}}]
+      router: {SERVER_IP}
+tftp:
+  listen: {SERVER_IP}:69
+  root: {assets}
+boot:
+  listen: {SERVER_IP}:8080
+  baseUrl: {base}
+  assetsDir: {assets}
+  waitSeconds: 5
+",
+        br = lab.bridge,
+        assets = assets.display(),
+    );
+    if ra {
+        config.push_str(&format!(
+            "  routerAdvertisement:\n    interface: {}\n    intervalSeconds: 3\n",
+            lab.bridge
+        ));
+    }
+    std::fs::write(work.join("config.yaml"), &config).unwrap();
+    let mut serve_cmd = lab.ns.command(common::metalherd_bin().to_str().unwrap());
+    serve_cmd
+        .args(["--data-dir", data.to_str().unwrap(), "serve", "--listen"])
+        .arg(format!("127.0.0.1:{}", common::free_port()))
+        .arg("--config")
+        .arg(work.join("config.yaml"))
+        .env("METALHERD_LOG", "info,tower_http=debug");
+    let mut serve = ChildGuard::spawn("metalherd", &mut serve_cmd, &work.join("metalherd.log"));
+    let up = common::proc::wait_for(Duration::from_secs(20), || {
+        std::fs::read_to_string(work.join("metalherd.log"))
+            .ok()
+            .filter(|l| l.contains("boot HTTP server listening"))
+    });
+    assert!(
+        up.is_some(),
+        "metalherd did not start: {}",
+        std::fs::read_to_string(work.join("metalherd.log")).unwrap_or_default()
+    );
+
+    let mut vm = qemu::start_vm(&lab, fw, mac, &work);
+    let done = vm.wait_serial(INSTALL_DONE, Duration::from_secs(240));
+    let serial = vm.serial_text();
+    if done.is_none() {
+        let log = std::fs::read_to_string(work.join("metalherd.log")).unwrap_or_default();
+        panic!(
+            "{fw:?}: no {INSTALL_DONE} within 240 s (work dir {})\n--- serial (tail) ---\n{}\n--- metalherd ---\n{}",
+            work.display(),
+            tail(&serial, 60),
+            tail(&log, 60),
+        );
+    }
+    assert!(
+        serial.contains("installer: called home installed"),
+        "{}",
+        tail(&serial, 30)
+    );
+    vm.wait_exit(Duration::from_secs(30));
+    // Let the boot-history writer catch up, then stop metalherd to read its store.
+    std::thread::sleep(Duration::from_secs(2));
+    serve.terminate(Duration::from_secs(10));
+
+    let store = EmbeddedStore::open(&data.join(metalherd::app::STORE_FILE)).unwrap();
+    let m: Machine = store.get_obj("default", "node1").await.unwrap();
+    let st = m.status.unwrap();
+    let b = st.boot.unwrap();
+    assert_eq!(
+        b.outcome.as_deref(),
+        Some("installed"),
+        "call-home closes the boot"
+    );
+    assert!(b.completed_at.is_some() && b.ignition_served_at.is_some());
+    let steps: Vec<String> = st.boot_history.iter().map(|e| e.step.clone()).collect();
+    for e in st.boot_history.iter().filter(|e| {
+        ["Script", "Kernel", "Initrd", "Ignition", "Installed"].contains(&e.step.as_str())
+    }) {
+        assert_eq!(e.boot_id.as_deref(), Some("boot-1"), "{e:?}");
+    }
+    let ign = st
+        .boot_history
+        .iter()
+        .find(|e| e.step == "Ignition")
+        .unwrap_or_else(|| panic!("no Ignition step: {steps:?}"));
+    let to_ignition = Duration::from_millis(
+        (ign.time.as_millisecond() - vm.started_at.as_millisecond()).max(0) as u64,
+    );
+    let _ = std::fs::remove_dir_all(&work);
+    Outcome { to_ignition, steps }
+}
+
+fn tail(s: &str, n: usize) -> String {
+    let v: Vec<&str> = s.lines().collect();
+    v[v.len().saturating_sub(n)..].join("\n")
+}
+
+fn check_steps(fw: Firmware, steps: &[String]) {
+    let mut want = vec![
+        "DHCPAck",
+        "Script",
+        "Kernel",
+        "Initrd",
+        "Ignition",
+        "Installed",
+    ];
+    if fw == Firmware::Uefi {
+        // Firmware DHCP and the TFTP of ipxe.efi come first.
+        want.insert(0, "TFTP");
+        want.insert(0, "DHCPAck");
+    }
+    let mut it = steps.iter();
+    for w in want {
+        assert!(
+            it.any(|s| s == w),
+            "{fw:?}: step {w} missing or out of order in {steps:?}"
+        );
+    }
+}
+
+fn run(fw: Firmware, mac_last: u8) {
+    common::require_root();
+    common::require_tool("qemu-system-x86_64");
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let os = initramfs::build(dir.path());
+    let mac = format!("52:54:00:4d:48:{mac_last:02x}");
+    let plain = rt.block_on(boot_once(fw, false, &mac, &os));
+    check_steps(fw, &plain.steps);
+    let with_ra = rt.block_on(boot_once(fw, true, &mac, &os));
+    check_steps(fw, &with_ra.steps);
+    println!(
+        "boot_qemu {fw:?}: power-on to Ignition fetch: {:.1} s without router advertisement, {:.1} s with (saved {:.1} s); steps {:?}",
+        plain.to_ignition.as_secs_f64(),
+        with_ra.to_ignition.as_secs_f64(),
+        plain.to_ignition.as_secs_f64() - with_ra.to_ignition.as_secs_f64(),
+        plain.steps,
+    );
+}
+
+#[test]
+fn legacy_bios_server_pxe_boots_and_installs() {
+    run(Firmware::Bios, 0x01);
+}
+
+#[test]
+fn uefi_server_pxe_boots_and_installs() {
+    run(Firmware::Uefi, 0x02);
+}

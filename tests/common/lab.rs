@@ -1,0 +1,340 @@
+//! The virtual rack for story tests: the same pieces as `deploy/lab/up`
+//! (its lib.sh), driven from Rust: a namespace with the rack's bridge,
+//! libvirtd and UEFI QEMU VMs, sushy-tools' libvirt driver as their BMCs,
+//! and `metalherd serve` answering DHCP, TFTP and HTTP on the bridge.
+//! Everything is stopped and removed on drop. Only one lab runs at a time
+//! (libvirt's QEMU driver state is per host), so tests take [`LAB_LOCK`].
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+use super::proc::{ChildGuard, wait_for};
+
+pub static LAB_LOCK: Mutex<()> = Mutex::new(());
+
+fn lib() -> PathBuf {
+    super::repo_root().join("deploy/lab/lib.sh")
+}
+
+/// Run `. lib.sh; SCRIPT` with bash; returns stdout, panics with stderr.
+fn lab_sh(script: &str) -> String {
+    let out = Command::new("bash")
+        .arg("-c")
+        .arg(format!(
+            "set -euo pipefail; . '{}'; {script}",
+            lib().display()
+        ))
+        .output()
+        .expect("bash");
+    assert!(
+        out.status.success(),
+        "lab: {script}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+pub struct Lab {
+    pub ns: String,
+    pub run: PathBuf,
+    _dir: tempfile::TempDir,
+    pub uuids: Vec<String>,
+    pub serve: Option<ChildGuard>,
+    serve_logs: u32,
+}
+
+impl Lab {
+    /// Start a rack with `n` VMs (powered off), the Redfish emulator and
+    /// metalherd; nothing is declared yet.
+    pub fn up(n: usize) -> Lab {
+        super::require_root();
+        for t in [
+            "qemu-system-x86_64",
+            "virsh",
+            "libvirtd",
+            "sfdisk",
+            "mcopy",
+            "syslinux",
+        ] {
+            super::require_tool(t);
+        }
+        let venv = super::venv();
+        assert!(
+            venv.join("bin/sushy-emulator").exists(),
+            "sushy-emulator missing in {}: run scripts/setup",
+            venv.display()
+        );
+        let dir = tempfile::Builder::new()
+            .prefix("mhlab")
+            .tempdir()
+            .expect("tempdir");
+        let run = dir.path().to_path_buf();
+        let ns = super::unique("mhl");
+        let mut lab = Lab {
+            ns: ns.clone(),
+            run: run.clone(),
+            _dir: dir,
+            uuids: Vec::new(),
+            serve: None,
+            serve_logs: 0,
+        };
+        let root = super::repo_root();
+        let kernel = Command::new(root.join("deploy/lab/build-initramfs"))
+            .arg(run.join("test-os.cpio.gz"))
+            .output()
+            .expect("build-initramfs");
+        assert!(
+            kernel.status.success(),
+            "{}",
+            String::from_utf8_lossy(&kernel.stderr)
+        );
+        let kernel = String::from_utf8_lossy(&kernel.stdout).trim().to_string();
+        std::fs::copy(&kernel, run.join("vmlinuz")).expect("copy kernel");
+        std::fs::create_dir_all(run.join("data")).expect("data dir");
+        let r = run.display();
+        lab_sh(&format!(
+            "lab_netns_up {ns} br0 10.89.0.1/24; lab_libvirt_up {ns} '{r}'"
+        ));
+        for i in 1..=n {
+            let disk = run.join(format!("vm{i}.img"));
+            let out = Command::new(root.join("deploy/lab/build-disk"))
+                .arg(&disk)
+                .arg(run.join("vmlinuz"))
+                .arg(run.join("test-os.cpio.gz"))
+                .arg("8080")
+                .output()
+                .expect("build-disk");
+            assert!(
+                out.status.success(),
+                "{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            let uuid = lab_sh(&format!(
+                "lab_define_vm '{r}' {ns}-vm{i} {} '{}' br0 uefi",
+                mac(i),
+                disk.display()
+            ));
+            lab.uuids.push(uuid.trim().to_string());
+        }
+        lab_sh(&format!(
+            "lab_sushy_up {ns} '{r}' 8000 '{}'",
+            venv.display()
+        ));
+        lab_sh(&format!("lab_config '{r}' br0 '{}'", root.display()));
+        lab.start_metalherd();
+        lab
+    }
+
+    /// Start (or restart) `metalherd serve` in the rack's namespace.
+    pub fn start_metalherd(&mut self) {
+        self.serve_logs += 1;
+        let log = self.run.join(format!("metalherd-{}.log", self.serve_logs));
+        let mut cmd = Command::new("ip");
+        cmd.args(["netns", "exec", &self.ns])
+            .arg(super::metalherd_bin())
+            .arg("--data-dir")
+            .arg(self.run.join("data"))
+            .args(["serve", "--listen", "127.0.0.1:7080", "--config"])
+            .arg(self.run.join("config.yaml"))
+            .env("METALHERD_LOG", "info");
+        self.serve = Some(ChildGuard::spawn("metalherd serve", &mut cmd, &log));
+        let up = wait_for(Duration::from_secs(30), || {
+            let o = self.cmd_in_ns("curl", &["-fs", "http://127.0.0.1:7080/healthz"]);
+            o.status.success().then_some(())
+        });
+        assert!(
+            up.is_some(),
+            "metalherd did not start:\n{}",
+            self.metalherd_log()
+        );
+    }
+
+    /// SIGKILL metalherd (no chance to clean up).
+    pub fn kill_metalherd(&mut self) {
+        if let Some(mut g) = self.serve.take() {
+            g.kill9();
+        }
+    }
+
+    pub fn metalherd_log(&self) -> String {
+        let mut s = String::new();
+        for i in 1..=self.serve_logs {
+            s.push_str(
+                &std::fs::read_to_string(self.run.join(format!("metalherd-{i}.log")))
+                    .unwrap_or_default(),
+            );
+        }
+        s
+    }
+
+    pub fn console(&self, i: usize) -> String {
+        let p = self.run.join(format!("{}-vm{i}.console", self.ns));
+        String::from_utf8_lossy(&std::fs::read(p).unwrap_or_default()).into_owned()
+    }
+
+    fn cmd_in_ns(&self, prog: &str, args: &[&str]) -> std::process::Output {
+        Command::new("ip")
+            .args(["netns", "exec", &self.ns, prog])
+            .args(args)
+            .output()
+            .expect("ip netns exec")
+    }
+
+    /// The metalherd CLI against the rack's server.
+    pub fn cli(&self, args: &[&str]) -> std::process::Output {
+        let mut c = Command::new("ip");
+        c.args(["netns", "exec", &self.ns])
+            .arg(super::metalherd_bin())
+            .arg("--data-dir")
+            .arg(self.run.join("data"))
+            .args(args);
+        c.output().expect("metalherd cli")
+    }
+
+    pub fn cli_ok(&self, args: &[&str]) -> String {
+        let o = self.cli(args);
+        assert!(
+            o.status.success(),
+            "metalherd {}: {}{}",
+            args.join(" "),
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr)
+        );
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    }
+
+    /// Write the lab's class and one Machine per VM (lib.sh's manifests),
+    /// with `env` overriding the class's versions, and apply them.
+    pub fn declare(&self, env: &[(&str, &str)]) {
+        let r = self.run.display();
+        let mut script = String::new();
+        for (k, v) in env {
+            script.push_str(&format!("export {k}='{v}'; "));
+        }
+        script.push_str(&format!(
+            "lab_manifests '{r}' '{r}/vmlinuz' '{r}/test-os.cpio.gz' {}",
+            self.uuids.join(" ")
+        ));
+        lab_sh(&script);
+        self.cli_ok(&["apply", "-f", &format!("{r}/class.yaml")]);
+        self.cli_ok(&["apply", "-f", &format!("{r}/machines.yaml")]);
+    }
+
+    /// A Machine as JSON, or None when it does not exist.
+    pub fn machine(&self, name: &str) -> Option<Value> {
+        let o = self.cli(&["get", "machine", name, "-o", "json"]);
+        if !o.status.success() {
+            return None;
+        }
+        serde_json::from_slice(&o.stdout).ok()
+    }
+
+    pub fn phase(&self, name: &str) -> Option<String> {
+        self.machine(name)?
+            .pointer("/status/phase")
+            .and_then(Value::as_str)
+            .map(str::to_string)
+    }
+
+    /// Poll until `name` reaches `phase`, collecting every phase seen on the
+    /// way (in order, without repeats). Panics with the story so far and
+    /// the logs when the deadline passes.
+    pub fn wait_phase(&self, name: &str, phase: &str, timeout: Duration, seen: &mut Vec<String>) {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(p) = self.phase(name) {
+                if seen.last() != Some(&p) {
+                    eprintln!("lab: {name} -> {p}");
+                    seen.push(p.clone());
+                }
+                if p == phase {
+                    return;
+                }
+            }
+            if Instant::now() > deadline {
+                panic!(
+                    "{name} did not reach {phase} within {timeout:?}; phases seen {seen:?}\nmachine: {}\nconsole:\n{}\nmetalherd log (tail):\n{}",
+                    self.machine(name)
+                        .map(|m| m.to_string())
+                        .unwrap_or_default(),
+                    tail(&self.console(1), 3000),
+                    tail(&self.metalherd_log(), 6000)
+                );
+            }
+            std::thread::sleep(Duration::from_millis(500));
+        }
+    }
+
+    /// Number of power actions the Redfish emulator received (from its log).
+    pub fn reset_calls(&self) -> usize {
+        std::fs::read_to_string(self.run.join("sushy.log"))
+            .unwrap_or_default()
+            .lines()
+            .filter(|l| l.contains("POST") && l.contains("ComputerSystem.Reset"))
+            .count()
+    }
+
+    /// Whether libvirt reports the VM running.
+    pub fn vm_running(&self, i: usize) -> bool {
+        let r = self.run.display();
+        let out = Command::new("bash")
+            .arg("-c")
+            .arg(format!(
+                ". '{}'; lab_virsh '{r}' domstate {}-vm{i}",
+                lib().display(),
+                self.ns
+            ))
+            .output()
+            .expect("virsh");
+        String::from_utf8_lossy(&out.stdout).contains("running")
+    }
+}
+
+impl Drop for Lab {
+    fn drop(&mut self) {
+        self.kill_metalherd();
+        let _ = Command::new("bash")
+            .arg("-c")
+            .arg(format!(
+                ". '{}'; lab_down {} '{}'",
+                lib().display(),
+                self.ns,
+                self.run.display()
+            ))
+            .status();
+    }
+}
+
+/// MAC of lab VM `i` (1-based).
+pub fn mac(i: usize) -> String {
+    format!("52:54:00:4d:48:{i:02x}")
+}
+
+fn tail(s: &str, n: usize) -> &str {
+    let start = s.len().saturating_sub(n);
+    let mut i = start;
+    while !s.is_char_boundary(i) {
+        i += 1;
+    }
+    &s[i..]
+}
+
+/// Steps of the machine's boot history, in order.
+pub fn boot_steps(m: &Value) -> Vec<String> {
+    m.pointer("/status/bootHistory")
+        .and_then(Value::as_array)
+        .map(|a| {
+            a.iter()
+                .filter_map(|e| e.get("step").and_then(Value::as_str).map(str::to_string))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+pub fn path_str(p: &Path) -> String {
+    p.display().to_string()
+}

@@ -1,0 +1,166 @@
+//! A `metalherd serve` started by a test: a temp data directory, a free
+//! loopback port, its log in the temp directory, killed on drop. Helpers
+//! run the CLI against it and make raw HTTP requests.
+
+use std::path::PathBuf;
+use std::process::{Command, Output};
+use std::time::Duration;
+
+use serde_json::Value;
+
+use super::proc::{ChildGuard, wait_for};
+use super::{free_port, metalherd_bin};
+
+pub struct Server {
+    pub guard: ChildGuard,
+    pub dir: tempfile::TempDir,
+    pub data_dir: PathBuf,
+    pub addr: String,
+    pub url: String,
+    pub token: String,
+    /// How many times the server was started.
+    pub starts: u32,
+}
+
+impl Server {
+    /// Start `metalherd serve` without the Machine controller (API and CLI
+    /// tests declare Machines whose BMC addresses are not meant to be
+    /// reached) and wait until it answers `/healthz`.
+    pub fn start() -> Server {
+        Server::start_with_config(Some("controller:\n  enabled: false\n"))
+    }
+
+    /// Start with a config file holding `yaml` (written into the temp dir).
+    pub fn start_with_config(yaml: Option<&str>) -> Server {
+        super::require_tool("curl");
+        let dir = tempfile::tempdir().expect("tempdir");
+        let data_dir = dir.path().join("data");
+        if let Some(y) = yaml {
+            std::fs::write(dir.path().join("config.yaml"), y).expect("config file");
+        }
+        let addr = format!("127.0.0.1:{}", free_port());
+        let guard = Server::spawn(dir.path(), &data_dir, &addr, 0);
+        let url = format!("http://{addr}");
+        let mut s = Server {
+            guard,
+            dir,
+            data_dir,
+            addr,
+            url,
+            token: String::new(),
+            starts: 1,
+        };
+        s.wait_up();
+        s.token = std::fs::read_to_string(s.data_dir.join("api-token"))
+            .expect("api-token written on start")
+            .trim()
+            .to_string();
+        s
+    }
+
+    fn spawn(dir: &std::path::Path, data_dir: &std::path::Path, addr: &str, n: u32) -> ChildGuard {
+        let mut cmd = Command::new(metalherd_bin());
+        cmd.args(["serve", "--listen", addr, "--data-dir"])
+            .arg(data_dir)
+            .env("METALHERD_LOG", "info");
+        let config = dir.join("config.yaml");
+        if config.exists() {
+            cmd.arg("--config").arg(&config);
+        }
+        let log = if n == 0 {
+            dir.join("serve.log")
+        } else {
+            dir.join(format!("serve.{n}.log"))
+        };
+        ChildGuard::spawn("metalherd serve", &mut cmd, &log)
+    }
+
+    fn wait_up(&self) {
+        let up = wait_for(Duration::from_secs(30), || {
+            let out = Command::new("curl")
+                .args(["-s", "-o", "/dev/null", "-w", "%{http_code}"])
+                .arg(format!("{}/healthz", self.url))
+                .output()
+                .ok()?;
+            (out.stdout == b"200").then_some(())
+        });
+        assert!(
+            up.is_some(),
+            "metalherd serve did not come up; log:\n{}",
+            self.log()
+        );
+    }
+
+    /// SIGKILL the server and start it again on the same data directory,
+    /// address and config (its log goes to `serve.N.log`).
+    pub fn kill_and_restart(&mut self) {
+        self.guard.kill9();
+        self.guard = Server::spawn(self.dir.path(), &self.data_dir, &self.addr, self.starts);
+        self.starts += 1;
+        self.wait_up();
+    }
+
+    /// The logs of every start, oldest first.
+    pub fn log(&self) -> String {
+        let mut out =
+            std::fs::read_to_string(self.dir.path().join("serve.log")).unwrap_or_default();
+        for n in 1..self.starts {
+            let p = self.dir.path().join(format!("serve.{n}.log"));
+            out.push_str(&format!("---- restart {n} ----\n"));
+            out.push_str(&std::fs::read_to_string(p).unwrap_or_default());
+        }
+        out
+    }
+
+    /// Run `metalherd ARGS` against this server (found through its data
+    /// directory, as a user's CLI would).
+    pub fn cli(&self, args: &[&str]) -> Output {
+        Command::new(metalherd_bin())
+            .arg("--data-dir")
+            .arg(&self.data_dir)
+            .args(args)
+            .env_remove("METALHERD_SERVER")
+            .env_remove("METALHERD_TOKEN")
+            .output()
+            .expect("run metalherd")
+    }
+
+    /// A raw request; returns (status code, JSON body or Null).
+    pub fn http(
+        &self,
+        method: &str,
+        path: &str,
+        token: Option<&str>,
+        body: Option<&Value>,
+        content_type: &str,
+    ) -> (u16, Value) {
+        let mut cmd = Command::new("curl");
+        cmd.args(["-s", "-X", method, "-w", "\n%{http_code}"]);
+        if let Some(t) = token {
+            cmd.args(["-H", &format!("Authorization: Bearer {t}")]);
+        }
+        if let Some(b) = body {
+            cmd.args(["-H", &format!("Content-Type: {content_type}")]);
+            cmd.args(["--data-binary", &b.to_string()]);
+        }
+        cmd.arg(format!("{}{path}", self.url));
+        let out = cmd.output().expect("curl");
+        let text = String::from_utf8_lossy(&out.stdout).to_string();
+        let (body, code) = text.rsplit_once('\n').unwrap_or(("", &text));
+        let code: u16 = code.trim().parse().unwrap_or(0);
+        (code, serde_json::from_str(body).unwrap_or(Value::Null))
+    }
+
+    /// An authorized JSON request.
+    pub fn req(&self, method: &str, path: &str, body: Option<&Value>) -> (u16, Value) {
+        self.http(method, path, Some(&self.token), body, "application/json")
+    }
+}
+
+/// stdout and stderr of a CLI run, for assertions and failure messages.
+pub fn text(o: &Output) -> (String, String) {
+    (
+        String::from_utf8_lossy(&o.stdout).to_string(),
+        String::from_utf8_lossy(&o.stderr).to_string(),
+    )
+}

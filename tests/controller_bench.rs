@@ -1,0 +1,326 @@
+//! Benchmark (not a test; `--ignored`): N Machines declared at once against
+//! an in-process fleet of simulated BMCs and servers. Each simulated
+//! server, when its BMC powers it on, walks the boot path at protocol level
+//! against metalherd's boot HTTP endpoints (iPXE script for its MAC, the
+//! Ignition URL from it, `installed` and `booted` call-homes). The Machine
+//! controller runs as `serve` runs it (store feed, runner, boot-storm
+//! slots) on the embedded store. Reports wall time to all Ready,
+//! reconciles per second and the process's peak RSS.
+//!
+//! `METALHERD_BENCH_MACHINES` (default 500) and `METALHERD_BENCH_LIMITS`
+//! (default `50,500`) choose the runs.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod common;
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use metalherd::api::{Inventory, Machine, MachinePhase, NicInfo, PowerState};
+use metalherd::bmc::{Bmc, BmcConnector, BmcError, BootDevice, FirmwareMode, PowerAction};
+use metalherd::cluster::DrainOptions;
+use metalherd::controller::feed::{feed, own_key};
+use metalherd::controller::machine::{Limits, MachineReconciler};
+use metalherd::controller::runner::{Runner, RunnerConfig, RunnerMetrics};
+use metalherd::controller::storm::BootSlots;
+use metalherd::directory::{BootRecorder, Directory};
+use metalherd::http::boot::{self, BootDeps, BootMetrics, BootState};
+use metalherd::http::boot_config::BootConfig;
+use metalherd::store::embedded::EmbeddedStore;
+use metalherd::store::{ListOptions, Store, TypedStore};
+use tokio_util::sync::CancellationToken;
+
+/// One simulated server: its power state and whether it has booted.
+struct Server {
+    mac: String,
+    power: Mutex<PowerState>,
+}
+
+struct Fleet {
+    servers: HashMap<String, Arc<Server>>,
+    http: reqwest::Client,
+    boot_url: String,
+    walks: AtomicUsize,
+}
+
+struct SimBmc {
+    server: Arc<Server>,
+    fleet: Arc<Fleet>,
+}
+
+#[async_trait]
+impl Bmc for SimBmc {
+    async fn power_state(&self) -> Result<PowerState, BmcError> {
+        Ok(*self.server.power.lock().unwrap())
+    }
+    async fn power(&self, action: PowerAction) -> Result<(), BmcError> {
+        let was = {
+            let mut p = self.server.power.lock().unwrap();
+            std::mem::replace(&mut *p, action.target())
+        };
+        if action.target() == PowerState::On
+            && (was != PowerState::On || action == PowerAction::Cycle)
+        {
+            tokio::spawn(walk(self.fleet.clone(), self.server.clone()));
+        }
+        Ok(())
+    }
+    async fn set_boot_once(&self, _: BootDevice, _: FirmwareMode) -> Result<(), BmcError> {
+        Ok(())
+    }
+    async fn inventory(&self) -> Result<Inventory, BmcError> {
+        Ok(Inventory {
+            nics: vec![NicInfo {
+                mac: self.server.mac.clone(),
+                ..Default::default()
+            }],
+            ..Default::default()
+        })
+    }
+}
+
+struct Connector(Arc<Fleet>);
+
+#[async_trait]
+impl BmcConnector for Connector {
+    async fn connect(&self, m: &Machine) -> Result<Box<dyn Bmc>, BmcError> {
+        let name = m.metadata.name.clone().unwrap_or_default();
+        let server = self
+            .0
+            .servers
+            .get(&name)
+            .cloned()
+            .ok_or_else(|| BmcError::Config(format!("no simulated server {name}")))?;
+        Ok(Box::new(SimBmc {
+            server,
+            fleet: self.0.clone(),
+        }))
+    }
+}
+
+async fn until_ok(c: &reqwest::Client, post: bool, url: &str) -> String {
+    loop {
+        let req = if post { c.post(url) } else { c.get(url) };
+        if let Ok(r) = req.send().await
+            && r.status() == 200
+            && let Ok(t) = r.text().await
+        {
+            return t;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Network boot, install, reboot, call home.
+async fn walk(fleet: Arc<Fleet>, s: Arc<Server>) {
+    fleet.walks.fetch_add(1, Ordering::Relaxed);
+    let c = &fleet.http;
+    let hy = s.mac.replace(':', "-");
+    let base = &fleet.boot_url;
+    let ign = loop {
+        let script = until_ok(c, false, &format!("{base}/boot.ipxe?mac={hy}&arch=x86_64")).await;
+        if let Some(u) = script
+            .split_whitespace()
+            .find_map(|w| w.strip_prefix("ignition.config.url="))
+        {
+            break u.to_string();
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let token = ign.split("token=").nth(1).unwrap_or_default().to_string();
+    until_ok(c, false, &ign).await;
+    let home = |w: &str| format!("{base}/callhome/{w}?mac={hy}&token={token}");
+    until_ok(c, true, &home("installed")).await;
+    until_ok(c, true, &home("booted")).await;
+}
+
+fn peak_rss_kib() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap_or(0)
+}
+
+async fn run(n: usize, limit: usize) {
+    let dir = tempfile::tempdir().unwrap();
+    let store: Arc<dyn Store> = Arc::new(EmbeddedStore::open(&dir.path().join("s.redb")).unwrap());
+    let cancel = CancellationToken::new();
+    // Boot HTTP, as serve starts it.
+    let assets = dir.path().join("assets");
+    std::fs::create_dir_all(&assets).unwrap();
+    std::fs::write(dir.path().join("k"), b"kernel").unwrap();
+    std::fs::write(dir.path().join("i"), b"initrd").unwrap();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr: SocketAddr = listener.local_addr().unwrap();
+    let settings = BootConfig {
+        listen: Some(addr.to_string()),
+        assets_dir: Some(assets),
+        wait_seconds: Some(1),
+        ..Default::default()
+    }
+    .settings(&dir.path().join("data"))
+    .unwrap();
+    let directory = Directory::new();
+    tokio::spawn(directory.clone().run(store.clone(), cancel.clone()));
+    let state = Arc::new(
+        BootState::new(
+            settings,
+            BootDeps {
+                store: store.clone(),
+                directory: directory.clone(),
+                recorder: BootRecorder::spawn(store.clone(), cancel.clone()),
+                ignition: Arc::new(boot::ignition::MinimalIgnition),
+                leases: None,
+                metrics: BootMetrics::default(),
+            },
+        )
+        .unwrap(),
+    );
+    tokio::spawn(boot::serve(listener, state, cancel.clone()));
+
+    let class = common::bootlab::class(
+        "workers",
+        common::bootlab::file_artifact(&dir.path().join("k")),
+        common::bootlab::file_artifact(&dir.path().join("i")),
+        &[],
+    );
+    store.create_obj(&class).await.unwrap();
+    let mut servers = HashMap::new();
+    let mut machines = Vec::new();
+    for i in 0..n {
+        let name = format!("m{i:05}");
+        let mac = format!(
+            "52:54:01:{:02x}:{:02x}:{:02x}",
+            i >> 16,
+            (i >> 8) & 0xff,
+            i & 0xff
+        );
+        let mut m = common::bootlab::machine(&name, &mac, "127.0.0.1/8", "workers");
+        // Only BMC details and the class: the MAC is learned.
+        m.spec.boot_mac_address = None;
+        machines.push(m);
+        servers.insert(
+            name,
+            Arc::new(Server {
+                mac,
+                power: Mutex::new(PowerState::Off),
+            }),
+        );
+    }
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let fleet = Arc::new(Fleet {
+        servers,
+        http: reqwest::Client::builder()
+            .pool_max_idle_per_host(64)
+            .build()
+            .unwrap(),
+        boot_url: format!("http://{addr}"),
+        walks: AtomicUsize::new(0),
+    });
+    let limits = Limits {
+        poll: Duration::from_secs(1),
+        bmc_retry: Duration::from_secs(1),
+        slot_wait: Duration::from_secs(1),
+        ..Limits::default()
+    };
+    let reconciler = MachineReconciler {
+        store: store.clone(),
+        connector: Arc::new(Connector(fleet.clone())),
+        cluster: None,
+        slots: BootSlots::new(limit),
+        limits,
+        drain: DrainOptions::default(),
+    };
+    let metrics = RunnerMetrics::default();
+    let runner = Runner::new(
+        Arc::new(reconciler),
+        RunnerConfig {
+            concurrency: 32,
+            resync: limits.resync,
+            ..RunnerConfig::default()
+        },
+    )
+    .with_metrics(metrics.clone());
+    let queue = runner.handle();
+
+    let t0 = Instant::now();
+    for m in &machines {
+        store.create_obj(m).await.unwrap();
+    }
+    let declared = t0.elapsed();
+    tokio::spawn(feed(
+        store.clone(),
+        metalherd::api::Kind::Machine,
+        ListOptions::default(),
+        own_key(),
+        queue,
+        Duration::from_secs(1),
+        cancel.clone(),
+    ));
+    tokio::spawn(runner.run(cancel.clone()));
+    let deadline = Duration::from_secs(3600);
+    let mut peak_booting = 0usize;
+    loop {
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        let all: Vec<Machine> = store.list_obj(&ListOptions::default()).await.unwrap();
+        let phase = |p| {
+            all.iter()
+                .filter(|m| m.status.as_ref().and_then(|s| s.phase) == Some(p))
+                .count()
+        };
+        let booting = all
+            .iter()
+            .filter(|m| {
+                m.status
+                    .as_ref()
+                    .is_some_and(metalherd::controller::machine::plan::holds_boot_slot)
+            })
+            .count();
+        peak_booting = peak_booting.max(booting);
+        let ready = phase(MachinePhase::Ready);
+        if ready == n || t0.elapsed() > deadline {
+            break;
+        }
+        assert_eq!(phase(MachinePhase::Error), 0, "a machine went to Error");
+    }
+    let wall = t0.elapsed();
+    cancel.cancel();
+    let reconciles = metrics.count("machine", "ok") + metrics.count("machine", "error");
+    println!(
+        "BENCH machines={n} limit={limit} declare={:.1}s wall_to_all_ready={:.1}s reconciles={reconciles} \
+         reconciles_per_s={:.0} walks={} peak_open_boots={peak_booting} peak_rss_mib={}",
+        declared.as_secs_f64(),
+        wall.as_secs_f64(),
+        reconciles as f64 / wall.as_secs_f64(),
+        fleet.walks.load(Ordering::Relaxed),
+        peak_rss_kib() / 1024
+    );
+    assert!(
+        peak_booting <= limit.max(1),
+        "limit {limit} overshot: {peak_booting}"
+    );
+    assert_eq!(
+        fleet.walks.load(Ordering::Relaxed),
+        n,
+        "one boot per machine"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "benchmark"]
+async fn controller_bench() {
+    let n: usize = std::env::var("METALHERD_BENCH_MACHINES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(500);
+    let limits = std::env::var("METALHERD_BENCH_LIMITS").unwrap_or_else(|_| "50,500".into());
+    for l in limits.split(',').filter_map(|s| s.trim().parse().ok()) {
+        run(n, l).await;
+    }
+}

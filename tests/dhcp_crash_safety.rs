@@ -1,0 +1,133 @@
+//! Story: the appliance loses power (kill -9) while a rack is getting
+//! addresses; after restart no address is ever held by two clients. Every
+//! DHCP reply on the link is captured; perfdhcp drives the load before the
+//! kill and after the restart, and crafted clients check that a client
+//! ACKed before the kill keeps its address while a newcomer asking for it
+//! is refused.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod common;
+
+use std::collections::HashMap;
+use std::net::{Ipv4Addr, SocketAddr};
+use std::time::Duration;
+
+use common::dhcp_clients::{self, ReplyCapture, Req};
+use common::dhcp_serve;
+use common::netns::VethPair;
+use common::proc::{ChildGuard, wait_for};
+use dhcproto::v4::MessageType;
+
+fn acks(cap: &ReplyCapture) -> usize {
+    cap.snapshot()
+        .iter()
+        .filter(|s| s.msg_type == MessageType::Ack)
+        .count()
+}
+
+#[test]
+fn kill_9_during_perfdhcp_then_restart_never_double_leases() {
+    let perfdhcp = common::require_tool("perfdhcp");
+    let pair = VethPair::new("10.66.0.1/16", Some("10.66.0.2/16"));
+    let tmp = tempfile::tempdir().unwrap();
+    let data = tmp.path().join("data");
+    let cfg = tmp.path().join("config.yaml");
+    // A pool smaller than both runs together, so the second run contends
+    // for addresses the first one was given.
+    std::fs::write(
+        &cfg,
+        format!(
+            "dhcp:\n  interface: {}\n  discovery: {{enabled: true, record: false, leaseTime: 3600}}\n  subnets:\n  - subnet: 10.66.0.0/16\n    ranges: [{{start: 10.66.1.0, end: 10.66.2.255}}]\n    router: 10.66.0.1\n",
+            pair.server_if
+        ),
+    )
+    .unwrap();
+    let cap = ReplyCapture::start(&pair.client.name);
+    let mut srv = dhcp_serve::start(&pair.server, &cfg, &data, &tmp.path().join("serve1.log"));
+
+    let run_perf = |base: &str, clients: &str, secs: &str, log: &str| {
+        let mut c = pair.client.command(perfdhcp.to_str().unwrap());
+        c.args([
+            "-4",
+            "-l",
+            &pair.client_if,
+            "-r",
+            "200",
+            "-R",
+            clients,
+            "-p",
+            secs,
+        ])
+        .args(["-b", &format!("mac={base}")]);
+        ChildGuard::spawn("perfdhcp", &mut c, &tmp.path().join(log))
+    };
+    let mut pd1 = run_perf("00:0c:01:00:00:00", "300", "30", "perf1.log");
+    let got = wait_for(Duration::from_secs(60), || {
+        (acks(&cap) >= 150).then_some(())
+    });
+    assert!(got.is_some(), "perfdhcp got ACKs before the kill");
+    srv.kill9();
+    pd1.kill9();
+    let before = cap.snapshot();
+    // Every client's last ACK before the kill.
+    let mut held: HashMap<[u8; 6], Ipv4Addr> = HashMap::new();
+    for s in before.iter().filter(|s| s.msg_type == MessageType::Ack) {
+        held.insert(s.mac, s.yiaddr);
+    }
+    assert!(!held.is_empty());
+
+    let _srv = dhcp_serve::start(&pair.server, &cfg, &data, &tmp.path().join("serve2.log"));
+    let mut pd2 = run_perf("00:0c:02:00:00:00", "500", "6", "perf2.log");
+    let done = wait_for(Duration::from_secs(60), || (!pd2.running()).then_some(()));
+    assert!(done.is_some(), "second perfdhcp run ends");
+
+    // A client ACKed before the kill keeps its address (INIT-REBOOT) and a
+    // newcomer asking for one of those addresses is refused.
+    let sample: Vec<([u8; 6], Ipv4Addr)> = held.iter().take(20).map(|(m, i)| (*m, *i)).collect();
+    let iface = pair.client_if.clone();
+    let results = dhcp_clients::in_netns(&pair.client.name, move || {
+        let s = dhcp_clients::bound_socket(&iface, Ipv4Addr::UNSPECIFIED, 68);
+        let to = SocketAddr::from((Ipv4Addr::BROADCAST, 67));
+        sample
+            .iter()
+            .enumerate()
+            .map(|(n, (mac, ip))| {
+                let own = Req::new(3, *mac).opt(50, &ip.octets());
+                let own = dhcp_clients::exchange(&s, &own, to, Duration::from_secs(3));
+                let mut newcomer = Req::new(3, [2, 0xee, 0, 0, 0, n as u8]).opt(50, &ip.octets());
+                newcomer.xid ^= 0x0101_0101;
+                let other = dhcp_clients::exchange(&s, &newcomer, to, Duration::from_secs(3));
+                (*ip, own.map(|r| r.0), other.map(|r| r.0))
+            })
+            .collect::<Vec<_>>()
+    })
+    .join()
+    .unwrap();
+    for (ip, own, other) in results {
+        let own = own.unwrap_or_else(|| panic!("no answer for the holder of {ip}"));
+        assert_eq!(
+            own.opts().msg_type(),
+            Some(MessageType::Ack),
+            "holder of {ip} keeps it"
+        );
+        assert_eq!(own.yiaddr(), ip);
+        let other = other.unwrap_or_else(|| panic!("no answer for a newcomer asking for {ip}"));
+        assert_eq!(
+            other.opts().msg_type(),
+            Some(MessageType::Nak),
+            "newcomer asking for {ip}"
+        );
+    }
+
+    let all = cap.snapshot();
+    let total_acks = all
+        .iter()
+        .filter(|s| s.msg_type == MessageType::Ack)
+        .count();
+    assert!(total_acks > before.len() / 2, "the second run got ACKs too");
+    let doubles = dhcp_clients::double_holders(&all);
+    assert!(
+        doubles.is_empty(),
+        "addresses ACKed to two clients: {doubles:?}"
+    );
+}
