@@ -578,3 +578,73 @@ proptest::proptest! {
         }
     }
 }
+
+#[test]
+fn cli_renders_from_a_running_server() {
+    let s = common::server::Server::start();
+    let ex = common::repo_root().join("deploy/examples");
+    let secret = s.dir.path().join("join-token.yaml");
+    std::fs::write(
+        &secret,
+        format!("apiVersion: v1\nkind: Secret\nmetadata:\n  name: join-token\n  namespace: default\nstringData:\n  token: {JOIN_TOKEN}\n"),
+    )
+    .unwrap();
+    // Without the Secret the render is refused, naming the field.
+    for f in ["class-flatcar.yaml", "machine-flatcar.yaml"] {
+        let out = s.cli(&["apply", "-f", ex.join(f).to_str().unwrap()]);
+        assert!(
+            out.status.success(),
+            "{}\n{}",
+            String::from_utf8_lossy(&out.stderr),
+            s.log()
+        );
+    }
+    let out = s.cli(&["render", "ignition", "rack1-u07", "--stage", "node"]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("spec.join.tokenSecretRef: Secret \"join-token\" not found"),
+        "{err}"
+    );
+    let out = s.cli(&["apply", "-f", secret.to_str().unwrap()]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for stage in ["install", "node"] {
+        let out = s.cli(&[
+            "render",
+            "ignition",
+            "rack1-u07",
+            "--stage",
+            stage,
+            "-n",
+            "default",
+        ]);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let text = String::from_utf8(out.stdout).unwrap();
+        assert!(!text.contains(JOIN_TOKEN), "{stage}");
+        common::ignition::validate(&text).unwrap_or_else(|e| panic!("{stage}: {e}"));
+        let out = s.cli(&[
+            "render",
+            "ignition",
+            "rack1-u07",
+            "--stage",
+            stage,
+            "--show-secrets",
+        ]);
+        assert!(
+            String::from_utf8(out.stdout).unwrap().contains(JOIN_TOKEN),
+            "{stage}"
+        );
+    }
+    assert!(
+        !s.log().contains(JOIN_TOKEN),
+        "server log leaks the join token"
+    );
+}
