@@ -539,3 +539,112 @@ fn typed_storage_entries_pass_the_validator() {
     });
     common::ignition::validate(&json(&c)).unwrap();
 }
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(128))]
+    /// Whatever text lands in a hint, a kernel argument or a label, the
+    /// install env file keeps its `KEY="value"` shape and the JoinConfiguration
+    /// keeps its lines: bad values are refused, never rendered.
+    #[test]
+    fn values_never_break_file_shapes(
+        s in "[ -~\n\r\t\"$`\\\\']{0,24}",
+    ) {
+        let (_, mut m, mut class) = examples().remove(0);
+        m.spec.root_device_hints.get_or_insert_with(Default::default).model = Some(s.clone());
+        class.spec.kernel_args = vec![s.clone()];
+        if let Ok(cfg) = render(Stage::Install, &m, &class, &secrets(), &url_ctx()) {
+            for line in file(&cfg, "/etc/metalherd/install.env").lines() {
+                let ok = line.starts_with('#')
+                    || line.split_once("=\"").is_some_and(|(k, v)| {
+                        k.bytes().all(|b| b.is_ascii_uppercase() || b.is_ascii_digit() || b == b'_')
+                            && v.ends_with('"')
+                            && !v[..v.len() - 1].contains(['"', '$', '`', '\\'])
+                    });
+                proptest::prop_assert!(ok, "{line:?}");
+            }
+        }
+        let (_, m, mut class) = examples().remove(0);
+        class.spec.node_labels.insert("metalherd.dev/x".into(), s.clone());
+        class.spec.join.api_server_endpoint = format!("{s}:6443");
+        if let Ok(cfg) = render(Stage::Node, &m, &class, &secrets(), &url_ctx()) {
+            let join = file(&cfg, "/etc/metalherd/kubeadm-join.yaml");
+            let (_, m, mut base) = examples().remove(0);
+            base.spec.node_labels.insert("metalherd.dev/x".into(), "v".into());
+            let base = file(
+                &render(Stage::Node, &m, &base, &secrets(), &url_ctx()).unwrap(),
+                "/etc/metalherd/kubeadm-join.yaml",
+            );
+            proptest::prop_assert_eq!(join.lines().count(), base.lines().count(), "{}", join);
+        }
+    }
+}
+
+#[test]
+fn cli_renders_from_a_running_server() {
+    let s = common::server::Server::start();
+    let ex = common::repo_root().join("deploy/examples");
+    let secret = s.dir.path().join("join-token.yaml");
+    std::fs::write(
+        &secret,
+        format!("apiVersion: v1\nkind: Secret\nmetadata:\n  name: join-token\n  namespace: default\nstringData:\n  token: {JOIN_TOKEN}\n"),
+    )
+    .unwrap();
+    // Without the Secret the render is refused, naming the field.
+    for f in ["class-flatcar.yaml", "machine-flatcar.yaml"] {
+        let out = s.cli(&["apply", "-f", ex.join(f).to_str().unwrap()]);
+        assert!(
+            out.status.success(),
+            "{}\n{}",
+            String::from_utf8_lossy(&out.stderr),
+            s.log()
+        );
+    }
+    let out = s.cli(&["render", "ignition", "rack1-u07", "--stage", "node"]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("spec.join.tokenSecretRef: Secret \"join-token\" not found"),
+        "{err}"
+    );
+    let out = s.cli(&["apply", "-f", secret.to_str().unwrap()]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for stage in ["install", "node"] {
+        let out = s.cli(&[
+            "render",
+            "ignition",
+            "rack1-u07",
+            "--stage",
+            stage,
+            "-n",
+            "default",
+        ]);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let text = String::from_utf8(out.stdout).unwrap();
+        assert!(!text.contains(JOIN_TOKEN), "{stage}");
+        common::ignition::validate(&text).unwrap_or_else(|e| panic!("{stage}: {e}"));
+        let out = s.cli(&[
+            "render",
+            "ignition",
+            "rack1-u07",
+            "--stage",
+            stage,
+            "--show-secrets",
+        ]);
+        assert!(
+            String::from_utf8(out.stdout).unwrap().contains(JOIN_TOKEN),
+            "{stage}"
+        );
+    }
+    assert!(
+        !s.log().contains(JOIN_TOKEN),
+        "server log leaks the join token"
+    );
+}

@@ -2,13 +2,14 @@
 //! [-n NS] [-f FILE]...`: prints the Ignition config metalherd would serve a
 //! Machine, with secrets redacted unless `--show-secrets`.
 //!
-//! Objects come from the API server, or from local manifests with `-f`
+//! Objects come from the API server (`src/cli/client.rs`), or from local
+//! manifests with `-f`
 //! (an offline preview of a class before it is applied). Rendering itself is
 //! [`render_ignition`], a pure function of the fetched objects.
 
 use std::path::PathBuf;
 
-use anyhow::{Context, bail};
+use anyhow::Context;
 use clap::{Args, Subcommand, ValueEnum};
 use k8s_openapi::api::core::v1::Secret;
 use serde_json::Value;
@@ -92,13 +93,43 @@ pub async fn run(global: &super::GlobalArgs, args: RenderArgs) -> anyhow::Result
 
 /// Fetch the Machine, its class and the join Secret through the API.
 async fn fetch_from_api(
-    _global: &super::GlobalArgs,
-    _namespace: &str,
-    _machine: &str,
+    global: &super::GlobalArgs,
+    namespace: &str,
+    machine: &str,
 ) -> anyhow::Result<RenderInputs> {
-    // The API client (src/cli/client.rs) lands separately; until then,
-    // preview from manifests with -f.
-    bail!("reading objects from the API server is not available yet; pass the manifests with -f")
+    use crate::api::Kind;
+    let client = super::client::ApiClient::from_global(global)?;
+    let m = client
+        .get(Kind::Machine, namespace, machine)
+        .await
+        .with_context(|| format!("reading Machine {namespace}/{machine}"))?;
+    let machine: Machine = serde_json::from_value(m).context("decoding the Machine")?;
+    let class_name = machine
+        .spec
+        .class_ref
+        .as_ref()
+        .map(|c| c.name.clone())
+        .context("the Machine has no spec.classRef: nothing to render")?;
+    let c = client
+        .get(Kind::MachineClass, namespace, &class_name)
+        .await
+        .with_context(|| format!("reading MachineClass {namespace}/{class_name}"))?;
+    let class: MachineClass = serde_json::from_value(c).context("decoding the MachineClass")?;
+    let secret_name = &class.spec.join.token_secret_ref.name;
+    let secret = match client.get(Kind::Secret, namespace, secret_name).await {
+        Ok(v) => Some(serde_json::from_value(v).context("decoding the Secret")?),
+        Err(e) if e.is_not_found() => None,
+        Err(e) => {
+            return Err(
+                anyhow::Error::new(e).context(format!("reading Secret {namespace}/{secret_name}"))
+            );
+        }
+    };
+    Ok(RenderInputs {
+        machine,
+        class,
+        secret,
+    })
 }
 
 /// Find the Machine, its class and the join Secret in local manifests.
