@@ -278,6 +278,29 @@ impl Store for EmbeddedStore {
         .await
     }
 
+    async fn get_json(
+        &self,
+        kind: Kind,
+        namespace: &str,
+        name: &str,
+    ) -> Result<Vec<u8>, StoreError> {
+        let key = obj_key(kind, namespace, name);
+        let (ns, nm) = (namespace.to_string(), name.to_string());
+        self.blocking(move |inner| {
+            let r = inner.db.begin_read().map_err(backend)?;
+            let t = r.open_table(OBJECTS).map_err(backend)?;
+            match t.get(key.as_str()).map_err(backend)? {
+                Some(g) => Ok(g.value().to_vec()),
+                None => Err(StoreError::NotFound {
+                    kind,
+                    namespace: ns,
+                    name: nm,
+                }),
+            }
+        })
+        .await
+    }
+
     async fn list(&self, kind: Kind, opts: &ListOptions) -> Result<ObjectList, StoreError> {
         let opts = opts.clone();
         self.blocking(move |inner| {

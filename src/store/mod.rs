@@ -156,6 +156,17 @@ pub enum Deleted {
 #[async_trait]
 pub trait Store: Send + Sync + 'static {
     async fn get(&self, kind: Kind, namespace: &str, name: &str) -> Result<Value, StoreError>;
+    /// The object's JSON bytes as stored, for typed readers that decode
+    /// straight into their type (skipping the `Value` in between).
+    async fn get_json(
+        &self,
+        kind: Kind,
+        namespace: &str,
+        name: &str,
+    ) -> Result<Vec<u8>, StoreError> {
+        let v = self.get(kind, namespace, name).await?;
+        serde_json::to_vec(&v).map_err(|e| StoreError::Malformed(e.to_string()))
+    }
     async fn list(&self, kind: Kind, opts: &ListOptions) -> Result<ObjectList, StoreError>;
     async fn create(&self, kind: Kind, obj: Value) -> Result<Value, StoreError>;
     async fn update(&self, kind: Kind, obj: Value) -> Result<Value, StoreError>;

@@ -49,6 +49,11 @@ pub fn from_value<T: Object>(v: Value) -> Result<T, StoreError> {
     serde_json::from_value(v).map_err(|e| StoreError::Malformed(format!("{}: {e}", T::KIND)))
 }
 
+/// Decode a stored object from its JSON bytes.
+pub fn from_json<T: Object>(b: &[u8]) -> Result<T, StoreError> {
+    serde_json::from_slice(b).map_err(|e| StoreError::Malformed(format!("{}: {e}", T::KIND)))
+}
+
 /// Typed access, implemented for every [`Store`].
 #[async_trait]
 pub trait TypedStore {
@@ -67,7 +72,7 @@ pub trait TypedStore {
 #[async_trait]
 impl<S: Store + ?Sized> TypedStore for S {
     async fn get_obj<T: Object>(&self, namespace: &str, name: &str) -> Result<T, StoreError> {
-        from_value(self.get(T::KIND, namespace, name).await?)
+        from_json(&self.get_json(T::KIND, namespace, name).await?)
     }
     async fn list_obj<T: Object>(&self, opts: &ListOptions) -> Result<Vec<T>, StoreError> {
         self.list(T::KIND, opts)
