@@ -86,12 +86,14 @@ pub async fn serve(global: &crate::cli::GlobalArgs, args: ServeArgs) -> anyhow::
     // `cancel`, bind their sockets now (fail fast), and run in `tasks`.
     let recorder = crate::directory::BootRecorder::spawn(store.clone(), cancel.clone());
     let mut lease_releaser = None;
+    let mut lease_view = None;
     if let Some(wire) = config.dhcp.clone() {
         let metrics = crate::dhcp::metrics::DhcpMetrics::default();
         registry.with_registry(|r| metrics.register(r));
         let settings = crate::dhcp::DhcpSettings::try_from(wire).context("config dhcp")?;
         let bound = crate::dhcp::server::BoundServer::bind(settings, &data_dir).await?;
         lease_releaser = Some(bound.releaser());
+        lease_view = Some(bound.lease_view());
         let (st, dir, rec, c) = (
             store.clone(),
             directory.clone(),
@@ -131,7 +133,7 @@ pub async fn serve(global: &crate::cli::GlobalArgs, args: ServeArgs) -> anyhow::
                 ignition: Arc::new(crate::http::boot::renderer::Renderer {
                     store: store.clone(),
                 }),
-                leases: None,
+                leases: lease_view.map(|v| Arc::new(v) as Arc<dyn crate::http::boot::LeaseLookup>),
                 metrics,
             },
             &mut tasks,

@@ -5,13 +5,18 @@
 
 pub mod config;
 pub mod discovery;
+pub mod journal;
 pub mod lease;
 pub mod lease_db;
+pub mod lease_store;
+pub mod lease_view;
 pub mod metrics;
 pub mod options;
 pub mod packet;
+mod persist;
 pub mod policy;
 pub mod server;
 
 pub use config::{DhcpConfig, DhcpSettings};
+pub use lease_view::LeaseView;
 pub use server::{DhcpError, run};
