@@ -39,15 +39,41 @@ pub struct ServeArgs {
     /// Config file (YAML) for the boot services.
     #[arg(long, env = "METALHERD_CONFIG")]
     pub config: Option<std::path::PathBuf>,
+    /// DHCP: interface to serve on (overrides dhcp.interface; starts DHCP
+    /// even without a dhcp: section).
+    #[arg(long, env = "METALHERD_DHCP_INTERFACE", value_name = "IFACE")]
+    pub dhcp_interface: Option<String>,
+    /// DHCP: authoritative or proxy (overrides dhcp.mode).
+    #[arg(long, env = "METALHERD_DHCP_MODE", value_name = "MODE")]
+    pub dhcp_mode: Option<String>,
+    /// DHCP: our address, the server identifier (overrides dhcp.serverAddress).
+    #[arg(long, env = "METALHERD_DHCP_SERVER_ADDRESS", value_name = "IPV4")]
+    pub dhcp_server_address: Option<String>,
+    /// DHCP: batch or always (overrides dhcp.leaseSync.mode).
+    #[arg(long, env = "METALHERD_DHCP_LEASE_SYNC", value_name = "MODE")]
+    pub dhcp_lease_sync: Option<String>,
+}
+
+impl ServeArgs {
+    fn dhcp_flags(&self) -> crate::dhcp::config::DhcpFlags {
+        crate::dhcp::config::DhcpFlags {
+            interface: self.dhcp_interface.clone(),
+            mode: self.dhcp_mode.clone(),
+            server_address: self.dhcp_server_address.clone(),
+            lease_sync: self.dhcp_lease_sync.clone(),
+        }
+    }
 }
 
 pub async fn serve(global: &crate::cli::GlobalArgs, args: ServeArgs) -> anyhow::Result<()> {
     let data_dir = global.data_dir.clone();
     prepare_data_dir(&data_dir)?;
-    let config = match &args.config {
+    let mut config = match &args.config {
         Some(p) => crate::config::ConfigFile::load(p)?,
         None => crate::config::ConfigFile::default(),
     };
+    // Flags override the file; bad ones stop here, before anything binds.
+    config.dhcp = args.dhcp_flags().apply(config.dhcp.take())?;
     let store_path = data_dir.join(STORE_FILE);
     let store: Arc<dyn Store> =
         Arc::new(EmbeddedStore::open(&store_path).map_err(|e| {
