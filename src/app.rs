@@ -55,8 +55,8 @@ pub struct ServeArgs {
 }
 
 impl ServeArgs {
-    fn dhcp_flags(&self) -> crate::dhcp::config::DhcpFlags {
-        crate::dhcp::config::DhcpFlags {
+    fn dhcp_flags(&self) -> crate::dhcp::flags::DhcpFlags {
+        crate::dhcp::flags::DhcpFlags {
             interface: self.dhcp_interface.clone(),
             mode: self.dhcp_mode.clone(),
             server_address: self.dhcp_server_address.clone(),
