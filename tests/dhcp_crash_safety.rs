@@ -1,4 +1,4 @@
-//! Story: the appliance loses power (kill -9) while a rack is getting
+//! Story: metalherd is killed (kill -9) while a rack is getting
 //! addresses; after restart no address is ever held by two clients. Every
 //! DHCP reply on the link is captured; perfdhcp drives the load before the
 //! kill and after the restart, and crafted clients check that a client
