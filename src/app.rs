@@ -39,15 +39,41 @@ pub struct ServeArgs {
     /// Config file (YAML) for the boot services.
     #[arg(long, env = "METALHERD_CONFIG")]
     pub config: Option<std::path::PathBuf>,
+    /// DHCP: interface to serve on (overrides dhcp.interface; starts DHCP
+    /// even without a dhcp: section).
+    #[arg(long, env = "METALHERD_DHCP_INTERFACE", value_name = "IFACE")]
+    pub dhcp_interface: Option<String>,
+    /// DHCP: authoritative or proxy (overrides dhcp.mode).
+    #[arg(long, env = "METALHERD_DHCP_MODE", value_name = "MODE")]
+    pub dhcp_mode: Option<String>,
+    /// DHCP: our address, the server identifier (overrides dhcp.serverAddress).
+    #[arg(long, env = "METALHERD_DHCP_SERVER_ADDRESS", value_name = "IPV4")]
+    pub dhcp_server_address: Option<String>,
+    /// DHCP: batch or always (overrides dhcp.leaseSync.mode).
+    #[arg(long, env = "METALHERD_DHCP_LEASE_SYNC", value_name = "MODE")]
+    pub dhcp_lease_sync: Option<String>,
+}
+
+impl ServeArgs {
+    fn dhcp_flags(&self) -> crate::dhcp::flags::DhcpFlags {
+        crate::dhcp::flags::DhcpFlags {
+            interface: self.dhcp_interface.clone(),
+            mode: self.dhcp_mode.clone(),
+            server_address: self.dhcp_server_address.clone(),
+            lease_sync: self.dhcp_lease_sync.clone(),
+        }
+    }
 }
 
 pub async fn serve(global: &crate::cli::GlobalArgs, args: ServeArgs) -> anyhow::Result<()> {
     let data_dir = global.data_dir.clone();
     prepare_data_dir(&data_dir)?;
-    let config = match &args.config {
+    let mut config = match &args.config {
         Some(p) => crate::config::ConfigFile::load(p)?,
         None => crate::config::ConfigFile::default(),
     };
+    // Flags override the file; bad ones stop here, before anything binds.
+    config.dhcp = args.dhcp_flags().apply(config.dhcp.take())?;
     let store_path = data_dir.join(STORE_FILE);
     let store: Arc<dyn Store> =
         Arc::new(EmbeddedStore::open(&store_path).map_err(|e| {
@@ -86,12 +112,14 @@ pub async fn serve(global: &crate::cli::GlobalArgs, args: ServeArgs) -> anyhow::
     // `cancel`, bind their sockets now (fail fast), and run in `tasks`.
     let recorder = crate::directory::BootRecorder::spawn(store.clone(), cancel.clone());
     let mut lease_releaser = None;
+    let mut lease_view = None;
     if let Some(wire) = config.dhcp.clone() {
         let metrics = crate::dhcp::metrics::DhcpMetrics::default();
         registry.with_registry(|r| metrics.register(r));
         let settings = crate::dhcp::DhcpSettings::try_from(wire).context("config dhcp")?;
         let bound = crate::dhcp::server::BoundServer::bind(settings, &data_dir).await?;
         lease_releaser = Some(bound.releaser());
+        lease_view = Some(bound.lease_view());
         let (st, dir, rec, c) = (
             store.clone(),
             directory.clone(),
@@ -131,7 +159,7 @@ pub async fn serve(global: &crate::cli::GlobalArgs, args: ServeArgs) -> anyhow::
                 ignition: Arc::new(crate::http::boot::renderer::Renderer {
                     store: store.clone(),
                 }),
-                leases: None,
+                leases: lease_view.map(|v| Arc::new(v) as Arc<dyn crate::http::boot::LeaseLookup>),
                 metrics,
             },
             &mut tasks,

@@ -1,9 +1,10 @@
-//! Story: the appliance loses power (kill -9) while a rack is getting
+//! Story: metalherd is killed (kill -9) while a rack is getting
 //! addresses; after restart no address is ever held by two clients. Every
 //! DHCP reply on the link is captured; perfdhcp drives the load before the
 //! kill and after the restart, and crafted clients check that a client
 //! ACKed before the kill keeps its address while a newcomer asking for it
-//! is refused.
+//! is refused. Run in both lease-sync modes: `batch` (the default; the
+//! journal is written before each reply) and `always` (flushed too).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod common;
@@ -27,6 +28,16 @@ fn acks(cap: &ReplyCapture) -> usize {
 
 #[test]
 fn kill_9_during_perfdhcp_then_restart_never_double_leases() {
+    // The default: journal written before each reply, flushed in the background.
+    kill_9_scenario("");
+}
+
+#[test]
+fn kill_9_with_lease_sync_always_never_double_leases() {
+    kill_9_scenario("  leaseSync: {mode: always}\n");
+}
+
+fn kill_9_scenario(extra: &str) {
     let perfdhcp = common::require_tool("perfdhcp");
     let pair = VethPair::new("10.66.0.1/16", Some("10.66.0.2/16"));
     let tmp = tempfile::tempdir().unwrap();
@@ -37,7 +48,7 @@ fn kill_9_during_perfdhcp_then_restart_never_double_leases() {
     std::fs::write(
         &cfg,
         format!(
-            "dhcp:\n  interface: {}\n  discovery: {{enabled: true, record: false, leaseTime: 3600}}\n  subnets:\n  - subnet: 10.66.0.0/16\n    ranges: [{{start: 10.66.1.0, end: 10.66.2.255}}]\n    router: 10.66.0.1\n",
+            "dhcp:\n{extra}  interface: {}\n  discovery: {{enabled: true, record: false, leaseTime: 3600}}\n  subnets:\n  - subnet: 10.66.0.0/16\n    ranges: [{{start: 10.66.1.0, end: 10.66.2.255}}]\n    router: 10.66.0.1\n",
             pair.server_if
         ),
     )

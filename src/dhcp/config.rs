@@ -9,6 +9,8 @@ use std::net::Ipv4Addr;
 use ipnet::Ipv4Net;
 use serde::Deserialize;
 
+use super::lease_store::LeaseSync;
+
 /// Wire form of the `dhcp:` section.
 ///
 /// ```yaml
@@ -27,7 +29,14 @@ use serde::Deserialize;
 ///       dns: [10.0.0.1]
 ///       domain: lab.example
 ///       leaseTime: 3600
+///   leaseSync: {mode: batch, intervalMs: 1000}   # or {mode: always}
 /// ```
+///
+/// `leaseSync` says when lease writes reach stable storage (see
+/// `lease_store`): `batch` (default) writes each batch to the lease journal
+/// before the replies go out and flushes it every `intervalMs` (kill -9
+/// safe; a power loss may lose the last interval's leases); `always`
+/// flushes before every reply that depends on a write (power-loss safe).
 #[derive(Clone, Debug, Default, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct DhcpConfig {
@@ -62,6 +71,29 @@ pub struct DhcpConfig {
     /// In proxy mode, also answer on port 4011 (default true).
     #[serde(default)]
     pub proxy_port_4011: Option<bool>,
+    /// When lease writes are flushed to disk.
+    #[serde(default)]
+    pub lease_sync: LeaseSyncConfig,
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LeaseSyncMode {
+    /// Journal before replying, flush in the background (kill -9 safe).
+    #[default]
+    Batch,
+    /// Flush before replying (power-loss safe).
+    Always,
+}
+
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct LeaseSyncConfig {
+    #[serde(default)]
+    pub mode: LeaseSyncMode,
+    /// Background flush interval in `batch` mode (default 1000 ms).
+    #[serde(default)]
+    pub interval_ms: Option<u64>,
 }
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
@@ -178,17 +210,27 @@ pub struct DhcpSettings {
     pub subnets: Vec<Subnet>,
     pub offer_hold: u32,
     pub proxy_port_4011: bool,
+    pub lease_sync: LeaseSync,
 }
 
 /// What is wrong with a `dhcp:` section; the message names the field.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
-#[error("dhcp.{field}: {message}")]
+#[error("{}: {}", qualified(.field), .message)]
 pub struct ConfigError {
     pub field: String,
     pub message: String,
 }
 
-fn err(field: impl Into<String>, message: impl Into<String>) -> ConfigError {
+/// `dhcp.<field>` for config fields; flags (`--...`) as they are.
+fn qualified(field: &str) -> String {
+    if field.starts_with("--") {
+        field.to_string()
+    } else {
+        format!("dhcp.{field}")
+    }
+}
+
+pub(crate) fn err(field: impl Into<String>, message: impl Into<String>) -> ConfigError {
     ConfigError {
         field: field.into(),
         message: message.into(),
@@ -347,6 +389,27 @@ impl TryFrom<DhcpConfig> for DhcpSettings {
         if !(1..=3600).contains(&offer_hold) {
             return Err(err("offerHoldSeconds", "must be 1..=3600"));
         }
+        let lease_sync = match (c.lease_sync.mode, c.lease_sync.interval_ms) {
+            (LeaseSyncMode::Always, None) => LeaseSync::Always,
+            (LeaseSyncMode::Always, Some(_)) => {
+                return Err(err(
+                    "leaseSync.intervalMs",
+                    "only applies to mode batch (mode always flushes before every reply)",
+                ));
+            }
+            (LeaseSyncMode::Batch, ms) => {
+                let ms = ms.unwrap_or(1000);
+                if !(1..=60_000).contains(&ms) {
+                    return Err(err(
+                        "leaseSync.intervalMs",
+                        "must be 1..=60000 milliseconds",
+                    ));
+                }
+                LeaseSync::Batch {
+                    interval: std::time::Duration::from_millis(ms),
+                }
+            }
+        };
         Ok(DhcpSettings {
             interface: c.interface,
             mode: c.mode,
@@ -365,6 +428,7 @@ impl TryFrom<DhcpConfig> for DhcpSettings {
             subnets,
             offer_hold,
             proxy_port_4011: c.proxy_port_4011.unwrap_or(true),
+            lease_sync,
         })
     }
 }
@@ -412,5 +476,27 @@ mod tests {
         let e = parse("interface: eth1\nmode: proxy\nhttpBootUrl: 'ftp://x'\n").unwrap_err();
         assert_eq!(e.field, "httpBootUrl");
         assert!(parse("interface: eth1\nmode: proxy\n").is_ok());
+    }
+
+    #[test]
+    fn lease_sync_modes() {
+        let base = "interface: eth1\nmode: proxy\n";
+        assert_eq!(parse(base).unwrap().lease_sync, LeaseSync::default());
+        let s = parse(&format!("{base}leaseSync: {{mode: always}}\n")).unwrap();
+        assert_eq!(s.lease_sync, LeaseSync::Always);
+        let s = parse(&format!("{base}leaseSync: {{intervalMs: 200}}\n")).unwrap();
+        assert_eq!(
+            s.lease_sync,
+            LeaseSync::Batch {
+                interval: std::time::Duration::from_millis(200)
+            }
+        );
+        let e = parse(&format!("{base}leaseSync: {{intervalMs: 0}}\n")).unwrap_err();
+        assert_eq!(e.field, "leaseSync.intervalMs");
+        let e = parse(&format!(
+            "{base}leaseSync: {{mode: always, intervalMs: 5}}\n"
+        ))
+        .unwrap_err();
+        assert_eq!(e.field, "leaseSync.intervalMs");
     }
 }

@@ -1,12 +1,22 @@
 //! The lease table: which client holds (or was offered, or declined) which
 //! address until when. Pure in-memory state owned by one task; every change
 //! that must survive a crash is returned as a [`LeaseWrite`] for the driver
-//! to commit (see `lease_db`) before the reply that depends on it is sent.
+//! to commit (see `lease_store`) before the reply that depends on it is sent.
 //! Offers live only here: they are held briefly so two concurrent
 //! DISCOVERs never get the same address, and are not persisted.
+//!
+//! Leases belong to a [`ClientKey`]: the client identifier (option 61) when
+//! the client sends one, else its hardware address (RFC 2131 4.2), except
+//! for known Machines, which the policy keys by hardware address as a host
+//! reservation would be. `Lease::mac` is always the hardware address. When
+//! either the lease or the request has no client identifier, the hardware
+//! addresses decide (as Kea does): a client that stops sending option 61
+//! (firmware after an OS, a crafted INIT-REBOOT) keeps its address.
 
 use std::collections::HashMap;
 use std::net::Ipv4Addr;
+
+use sha2::Digest;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum LeaseState {
@@ -33,27 +43,74 @@ impl LeaseState {
     }
 }
 
+/// Who a lease belongs to, in 16 bytes: tag 0 = hardware address (bytes
+/// 1..7); tag 1..=15 = a client identifier of that length, verbatim; tag
+/// 0xff = the first 15 bytes of SHA-256 of a longer client identifier.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ClientKey(pub [u8; 16]);
+
+impl ClientKey {
+    pub fn from_mac(mac: &[u8; 6]) -> ClientKey {
+        let mut k = [0u8; 16];
+        k[1..7].copy_from_slice(mac);
+        ClientKey(k)
+    }
+
+    /// Key of a client identifier (option 61); `None` for an empty one.
+    pub fn from_client_id(id: &[u8]) -> Option<ClientKey> {
+        let mut k = [0u8; 16];
+        match id.len() {
+            0 => return None,
+            n @ 1..=15 => {
+                k[0] = n as u8;
+                k[1..=n].copy_from_slice(id);
+            }
+            _ => {
+                k[0] = 0xff;
+                k[1..].copy_from_slice(&sha2::Sha256::digest(id)[..15]);
+            }
+        }
+        Some(ClientKey(k))
+    }
+
+    /// Whether this key is a hardware address rather than a client identifier.
+    pub fn is_mac(&self) -> bool {
+        self.0[0] == 0
+    }
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Lease {
     pub ip: Ipv4Addr,
+    /// The client's hardware address (chaddr).
     pub mac: [u8; 6],
+    /// Whom the lease belongs to (client identifier or `mac`).
+    pub client: ClientKey,
     /// Unix seconds.
     pub expires: u64,
     pub state: LeaseState,
 }
 
 /// A durable change to commit before the dependent reply goes out.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum LeaseWrite {
     Put(Lease),
     Delete(Ipv4Addr),
+}
+
+impl Lease {
+    /// Whether this lease is the client's: same key, or, when one side has
+    /// no client identifier, same hardware address.
+    pub fn belongs_to(&self, client: &ClientKey, mac: &[u8; 6]) -> bool {
+        self.client == *client || ((self.client.is_mac() || client.is_mac()) && self.mac == *mac)
+    }
 }
 
 #[derive(Default, Debug)]
 pub struct LeaseTable {
     by_ip: HashMap<Ipv4Addr, Lease>,
     /// Offered or Bound address of a client (one per client).
-    by_mac: HashMap<[u8; 6], Ipv4Addr>,
+    by_client: HashMap<ClientKey, Ipv4Addr>,
 }
 
 impl LeaseTable {
@@ -61,13 +118,13 @@ impl LeaseTable {
         LeaseTable::default()
     }
 
-    /// Rebuild from persisted leases (at start). Later entries for a MAC
+    /// Rebuild from persisted leases (at start). Later entries for a client
     /// win; addresses are unique by construction (keyed by IP).
     pub fn load(leases: impl IntoIterator<Item = Lease>) -> LeaseTable {
         let mut t = LeaseTable::new();
         for l in leases {
             if l.state != LeaseState::Declined {
-                t.by_mac.insert(l.mac, l.ip);
+                t.by_client.insert(l.client, l.ip);
             }
             t.by_ip.insert(l.ip, l);
         }
@@ -87,17 +144,27 @@ impl LeaseTable {
     }
 
     /// The client's current (offered or bound) lease, expired or not.
-    pub fn of_mac(&self, mac: &[u8; 6]) -> Option<&Lease> {
-        self.by_mac.get(mac).and_then(|ip| self.by_ip.get(ip))
+    pub fn of_client(&self, client: &ClientKey) -> Option<&Lease> {
+        self.by_client.get(client).and_then(|ip| self.by_ip.get(ip))
     }
 
-    /// Whether `mac` may take `ip` now: nobody holds it, it is this
+    /// Addresses bound to hardware address `mac` under any client key
+    /// (a scan: for the rare release of a retired machine).
+    pub fn bound_to_mac(&self, mac: &[u8; 6]) -> Vec<(Ipv4Addr, ClientKey)> {
+        self.by_ip
+            .values()
+            .filter(|l| l.mac == *mac && l.state == LeaseState::Bound)
+            .map(|l| (l.ip, l.client))
+            .collect()
+    }
+
+    /// Whether `client` may take `ip` now: nobody holds it, it is this
     /// client's, or the holder's lease (or offer, or decline) has expired.
-    pub fn is_free_for(&self, ip: Ipv4Addr, mac: &[u8; 6], now: u64) -> bool {
+    pub fn is_free_for(&self, ip: Ipv4Addr, client: &ClientKey, mac: &[u8; 6], now: u64) -> bool {
         match self.by_ip.get(&ip) {
             None => true,
             Some(l) if l.expires <= now => true,
-            Some(l) => l.mac == *mac && l.state != LeaseState::Declined,
+            Some(l) => l.belongs_to(client, mac) && l.state != LeaseState::Declined,
         }
     }
 
@@ -109,16 +176,16 @@ impl LeaseTable {
     }
 
     /// Remove whatever `ip` holds, and this client's older address.
-    fn take(&mut self, ip: Ipv4Addr, mac: &[u8; 6], writes: &mut Vec<LeaseWrite>) {
+    fn take(&mut self, ip: Ipv4Addr, client: &ClientKey, writes: &mut Vec<LeaseWrite>) {
         if let Some(old) = self.by_ip.remove(&ip) {
-            if self.by_mac.get(&old.mac) == Some(&ip) {
-                self.by_mac.remove(&old.mac);
+            if self.by_client.get(&old.client) == Some(&ip) {
+                self.by_client.remove(&old.client);
             }
-            if old.mac != *mac && old.state != LeaseState::Offered {
+            if old.client != *client && old.state != LeaseState::Offered {
                 writes.push(LeaseWrite::Delete(ip));
             }
         }
-        if let Some(prev) = self.by_mac.remove(mac)
+        if let Some(prev) = self.by_client.remove(client)
             && prev != ip
             && let Some(old) = self.by_ip.remove(&prev)
             && old.state == LeaseState::Bound
@@ -127,11 +194,11 @@ impl LeaseTable {
         }
     }
 
-    /// Hold `ip` for `mac` until `until` (an OFFER). A bound lease of the
+    /// Hold `ip` for `client` until `until` (an OFFER). A bound lease of the
     /// same client on the same address is left as it is. Nothing to persist.
-    pub fn offer(&mut self, ip: Ipv4Addr, mac: [u8; 6], until: u64) {
+    pub fn offer(&mut self, ip: Ipv4Addr, client: ClientKey, mac: [u8; 6], until: u64) {
         if let Some(l) = self.by_ip.get(&ip)
-            && l.mac == mac
+            && l.client == client
             && l.state == LeaseState::Bound
             && l.expires >= until
         {
@@ -140,13 +207,13 @@ impl LeaseTable {
         // Moving an offer never drops the client's bound lease elsewhere:
         // that only happens when the new address is bound.
         if let Some(l) = self.by_ip.get(&ip)
-            && l.mac != mac
-            && self.by_mac.get(&l.mac) == Some(&ip)
+            && l.client != client
+            && self.by_client.get(&l.client) == Some(&ip)
         {
-            let other = l.mac;
-            self.by_mac.remove(&other);
+            let other = l.client;
+            self.by_client.remove(&other);
         }
-        if let Some(prev) = self.by_mac.get(&mac).copied()
+        if let Some(prev) = self.by_client.get(&client).copied()
             && prev != ip
             && self
                 .by_ip
@@ -155,7 +222,7 @@ impl LeaseTable {
         {
             self.by_ip.remove(&prev);
         }
-        let keep_bound = self.by_mac.get(&mac).is_some_and(|p| {
+        let keep_bound = self.by_client.get(&client).is_some_and(|p| {
             *p != ip
                 && self
                     .by_ip
@@ -167,56 +234,70 @@ impl LeaseTable {
             Lease {
                 ip,
                 mac,
+                client,
                 expires: until,
                 state: LeaseState::Offered,
             },
         );
         if !keep_bound {
-            self.by_mac.insert(mac, ip);
+            self.by_client.insert(client, ip);
         }
     }
 
-    /// Bind `ip` to `mac` until `until` (an ACK). Returns what to persist.
-    pub fn bind(&mut self, ip: Ipv4Addr, mac: [u8; 6], until: u64) -> Vec<LeaseWrite> {
+    /// Bind `ip` to `client` until `until` (an ACK). Returns what to persist.
+    pub fn bind(
+        &mut self,
+        ip: Ipv4Addr,
+        client: ClientKey,
+        mac: [u8; 6],
+        until: u64,
+    ) -> Vec<LeaseWrite> {
         let mut w = Vec::new();
-        self.take(ip, &mac, &mut w);
+        self.take(ip, &client, &mut w);
         let l = Lease {
             ip,
             mac,
+            client,
             expires: until,
             state: LeaseState::Bound,
         };
         self.by_ip.insert(ip, l);
-        self.by_mac.insert(mac, ip);
+        self.by_client.insert(client, ip);
         w.push(LeaseWrite::Put(l));
         w
     }
 
     /// The client declined `ip` (someone else uses it): quarantine it.
-    pub fn decline(&mut self, ip: Ipv4Addr, mac: [u8; 6], until: u64) -> Vec<LeaseWrite> {
-        let mut w = Vec::new();
-        if self.by_mac.get(&mac) == Some(&ip) {
-            self.by_mac.remove(&mac);
+    pub fn decline(
+        &mut self,
+        ip: Ipv4Addr,
+        client: ClientKey,
+        mac: [u8; 6],
+        until: u64,
+    ) -> Vec<LeaseWrite> {
+        if self.by_client.get(&client) == Some(&ip) {
+            self.by_client.remove(&client);
         }
         let l = Lease {
             ip,
             mac,
+            client,
             expires: until,
             state: LeaseState::Declined,
         };
         self.by_ip.insert(ip, l);
-        w.push(LeaseWrite::Put(l));
-        w
+        vec![LeaseWrite::Put(l)]
     }
 
     /// The client gives `ip` back; only its own lease is released.
-    pub fn release(&mut self, ip: Ipv4Addr, mac: &[u8; 6]) -> Vec<LeaseWrite> {
+    pub fn release(&mut self, ip: Ipv4Addr, client: &ClientKey, mac: &[u8; 6]) -> Vec<LeaseWrite> {
         match self.by_ip.get(&ip) {
-            Some(l) if l.mac == *mac && l.state != LeaseState::Declined => {
+            Some(l) if l.belongs_to(client, mac) && l.state != LeaseState::Declined => {
                 let persisted = l.state == LeaseState::Bound;
+                let owner = l.client;
                 self.by_ip.remove(&ip);
-                if self.by_mac.get(mac) == Some(&ip) {
-                    self.by_mac.remove(mac);
+                if self.by_client.get(&owner) == Some(&ip) {
+                    self.by_client.remove(&owner);
                 }
                 if persisted {
                     vec![LeaseWrite::Delete(ip)]
@@ -229,15 +310,15 @@ impl LeaseTable {
     }
 
     /// The client chose another server: forget our offer to it.
-    pub fn withdraw_offer(&mut self, mac: &[u8; 6]) {
-        if let Some(ip) = self.by_mac.get(mac).copied()
+    pub fn withdraw_offer(&mut self, client: &ClientKey) {
+        if let Some(ip) = self.by_client.get(client).copied()
             && self
                 .by_ip
                 .get(&ip)
                 .is_some_and(|l| l.state == LeaseState::Offered)
         {
             self.by_ip.remove(&ip);
-            self.by_mac.remove(mac);
+            self.by_client.remove(client);
         }
     }
 
@@ -252,9 +333,9 @@ impl LeaseTable {
             .collect();
         for ip in &dead {
             if let Some(l) = self.by_ip.remove(ip)
-                && self.by_mac.get(&l.mac) == Some(ip)
+                && self.by_client.get(&l.client) == Some(ip)
             {
-                self.by_mac.remove(&l.mac);
+                self.by_client.remove(&l.client);
             }
         }
         dead.len()
@@ -270,14 +351,17 @@ mod tests {
     fn ip(n: u8) -> Ipv4Addr {
         Ipv4Addr::new(10, 0, 0, n)
     }
+    fn k(m: [u8; 6]) -> ClientKey {
+        ClientKey::from_mac(&m)
+    }
 
     #[test]
     fn offers_hold_addresses() {
         let mut t = LeaseTable::new();
-        t.offer(ip(5), A, 100);
-        assert!(!t.is_free_for(ip(5), &B, 50));
-        assert!(t.is_free_for(ip(5), &A, 50));
-        assert!(t.is_free_for(ip(5), &B, 100));
+        t.offer(ip(5), k(A), A, 100);
+        assert!(!t.is_free_for(ip(5), &k(B), &B, 50));
+        assert!(t.is_free_for(ip(5), &k(A), &A, 50));
+        assert!(t.is_free_for(ip(5), &k(B), &B, 100));
         assert_eq!(t.sweep(100), 1);
         assert!(t.is_empty());
     }
@@ -285,25 +369,26 @@ mod tests {
     #[test]
     fn bind_moves_client_and_persists() {
         let mut t = LeaseTable::new();
-        let w = t.bind(ip(5), A, 100);
+        let w = t.bind(ip(5), k(A), A, 100);
         assert_eq!(w.len(), 1);
-        let w = t.bind(ip(6), A, 200);
+        let w = t.bind(ip(6), k(A), A, 200);
         assert_eq!(w[0], LeaseWrite::Delete(ip(5)));
-        assert_eq!(t.of_mac(&A).unwrap().ip, ip(6));
+        assert_eq!(t.of_client(&k(A)).unwrap().ip, ip(6));
         assert!(t.get(ip(5)).is_none());
         // Offer elsewhere keeps the bound lease until the new one binds.
-        t.offer(ip(7), A, 300);
+        t.offer(ip(7), k(A), A, 300);
         assert_eq!(t.get(ip(6)).unwrap().state, LeaseState::Bound);
+        assert_eq!(t.bound_to_mac(&A), vec![(ip(6), k(A))]);
     }
 
     #[test]
     fn release_only_own_and_expiry_frees() {
         let mut t = LeaseTable::new();
-        t.bind(ip(5), A, 100);
-        assert!(t.release(ip(5), &B).is_empty());
-        assert!(!t.is_free_for(ip(5), &B, 99));
-        assert!(t.is_free_for(ip(5), &B, 100));
-        let w = t.bind(ip(5), B, 300);
+        t.bind(ip(5), k(A), A, 100);
+        assert!(t.release(ip(5), &k(B), &B).is_empty());
+        assert!(!t.is_free_for(ip(5), &k(B), &B, 99));
+        assert!(t.is_free_for(ip(5), &k(B), &B, 100));
+        let w = t.bind(ip(5), k(B), B, 300);
         assert_eq!(
             w,
             vec![
@@ -311,16 +396,37 @@ mod tests {
                 LeaseWrite::Put(*t.get(ip(5)).unwrap())
             ]
         );
-        assert!(t.of_mac(&A).is_none());
-        assert_eq!(t.release(ip(5), &B), vec![LeaseWrite::Delete(ip(5))]);
+        assert!(t.of_client(&k(A)).is_none());
+        assert_eq!(t.release(ip(5), &k(B), &B), vec![LeaseWrite::Delete(ip(5))]);
     }
 
     #[test]
     fn declined_is_quarantined() {
         let mut t = LeaseTable::new();
-        t.bind(ip(5), A, 100);
-        t.decline(ip(5), A, 50);
-        assert!(!t.is_free_for(ip(5), &A, 10));
-        assert!(t.of_mac(&A).is_none());
+        t.bind(ip(5), k(A), A, 100);
+        t.decline(ip(5), k(A), A, 50);
+        assert!(!t.is_free_for(ip(5), &k(A), &A, 10));
+        assert!(t.of_client(&k(A)).is_none());
+    }
+
+    #[test]
+    fn client_ids_are_distinct_clients_behind_one_mac() {
+        let id1 = ClientKey::from_client_id(&[1, 2, 0, 0, 0, 0, 1]).unwrap();
+        let id2 = ClientKey::from_client_id(&[0xff; 19]).unwrap();
+        assert_ne!(id1, k(A));
+        assert_ne!(id1, id2);
+        assert!(!id1.is_mac() && !id2.is_mac() && k(A).is_mac());
+        assert_eq!(ClientKey::from_client_id(&[]), None);
+        // Long identifiers hash; equal ones give equal keys.
+        assert_eq!(ClientKey::from_client_id(&[0xff; 19]), Some(id2));
+        let mut t = LeaseTable::new();
+        t.bind(ip(5), id1, A, 100);
+        assert!(!t.is_free_for(ip(5), &id2, &A, 50), "same chaddr, other id");
+        assert!(t.is_free_for(ip(5), &id1, &B, 50), "same id, other chaddr");
+        // Without a client identifier the hardware address decides.
+        assert!(t.is_free_for(ip(5), &k(A), &A, 50));
+        assert!(!t.is_free_for(ip(5), &k(B), &B, 50));
+        t.bind(ip(6), id2, A, 100);
+        assert_eq!(t.bound_to_mac(&A).len(), 2);
     }
 }

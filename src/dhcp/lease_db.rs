@@ -1,18 +1,22 @@
-//! Crash-safe lease persistence in its own redb file
-//! (`<data-dir>/dhcp-leases.redb`). Blocking calls: the driver runs them on
-//! a blocking thread. A batch of [`LeaseWrite`]s is one fsync'd transaction,
-//! committed before any reply that depends on it is sent, so after a crash
-//! (even `kill -9`) every address a client was told it holds is on disk.
+//! The lease checkpoint: every lease in its own redb file
+//! (`<data-dir>/dhcp-leases.redb`). Blocking calls: the lease store runs
+//! them on a blocking thread. A batch of [`LeaseWrite`]s is one fsync'd
+//! transaction. Lease writes reach this file through the journal
+//! (`lease_store`), which checkpoints into it in the background; no reply
+//! waits for it.
 
 use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
 
 use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
 
-use super::lease::{Lease, LeaseState, LeaseWrite};
+use super::lease::{ClientKey, Lease, LeaseState, LeaseWrite};
 
 const LEASES: TableDefinition<u32, &[u8]> = TableDefinition::new("leases");
-const RECORD_LEN: usize = 15;
+/// mac, expires, state, client key.
+const RECORD_LEN: usize = 31;
+/// Records written before leases had a client key (keyed by mac).
+const OLD_RECORD_LEN: usize = 15;
 
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -31,20 +35,30 @@ fn encode(l: &Lease) -> [u8; RECORD_LEN] {
     b[..6].copy_from_slice(&l.mac);
     b[6..14].copy_from_slice(&l.expires.to_be_bytes());
     b[14] = l.state.to_u8();
+    b[15..].copy_from_slice(&l.client.0);
     b
 }
 
 fn decode(ip: u32, b: &[u8]) -> Option<Lease> {
-    if b.len() != RECORD_LEN {
+    if b.len() != RECORD_LEN && b.len() != OLD_RECORD_LEN {
         return None;
     }
     let mut mac = [0u8; 6];
     mac.copy_from_slice(&b[..6]);
     let mut e = [0u8; 8];
     e.copy_from_slice(&b[6..14]);
+    let client = match b.get(15..31) {
+        Some(k) => {
+            let mut c = [0u8; 16];
+            c.copy_from_slice(k);
+            ClientKey(c)
+        }
+        None => ClientKey::from_mac(&mac),
+    };
     Some(Lease {
         ip: Ipv4Addr::from(ip),
         mac,
+        client,
         expires: u64::from_be_bytes(e),
         state: LeaseState::from_u8(b[14])?,
     })
@@ -119,6 +133,7 @@ mod tests {
         let l = Lease {
             ip: Ipv4Addr::new(10, 0, 0, 9),
             mac: [2, 0, 0, 0, 0, 9],
+            client: ClientKey::from_client_id(b"client-9").unwrap(),
             expires: 12345,
             state: LeaseState::Bound,
         };
@@ -136,5 +151,13 @@ mod tests {
         }
         let db = LeaseDb::open(&p).unwrap();
         assert_eq!(db.load().unwrap(), vec![l]);
+    }
+
+    #[test]
+    fn old_records_are_keyed_by_mac() {
+        let l = decode(0x0a00_0009, &[2, 0, 0, 0, 0, 9, 0, 0, 0, 0, 0, 0, 0, 5, 1]).unwrap();
+        assert_eq!(l.client, ClientKey::from_mac(&[2, 0, 0, 0, 0, 9]));
+        assert_eq!(l.expires, 5);
+        assert_eq!(l.state, LeaseState::Bound);
     }
 }

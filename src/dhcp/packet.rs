@@ -193,6 +193,11 @@ impl Request {
         self.opt_ip(50)
     }
 
+    /// Option 61 (client identifier), when present and not empty.
+    pub fn client_id(&self) -> Option<&[u8]> {
+        self.opt(61).filter(|v| !v.is_empty())
+    }
+
     /// Option 54.
     pub fn server_id(&self) -> Option<Ipv4Addr> {
         self.opt_ip(54)

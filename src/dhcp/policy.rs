@@ -11,7 +11,7 @@ use std::sync::Arc;
 use dhcproto::v4::{DhcpOption, Message, MessageType};
 
 use super::config::{DhcpMode, DhcpSettings, Subnet};
-use super::lease::{LeaseTable, LeaseWrite};
+use super::lease::{ClientKey, LeaseTable, LeaseWrite};
 use super::options::{self, ClientKind};
 use super::packet::{DropReason, Request};
 use crate::directory::{BootIntent, Directory, MachineEntry};
@@ -104,7 +104,23 @@ struct Ctx<'a> {
     via: Via,
     machines: &'a dyn Machines,
     machine: Option<Arc<MachineEntry>>,
+    /// Whom leases belong to (see [`client_key`]).
+    client: ClientKey,
     now: u64,
+}
+
+/// The lease owner of a request: a known Machine by its hardware address
+/// (its identity, like a host reservation, so firmware, iPXE, installer and
+/// OS share one address whatever client identifier each sends); anyone else
+/// by client identifier (option 61) when sent, else by hardware address
+/// (RFC 2131 4.2).
+fn client_key(req: &Request, known: bool) -> ClientKey {
+    if known {
+        return ClientKey::from_mac(&req.mac);
+    }
+    req.client_id()
+        .and_then(ClientKey::from_client_id)
+        .unwrap_or_else(|| ClientKey::from_mac(&req.mac))
 }
 
 impl Policy {
@@ -130,12 +146,14 @@ impl Policy {
                 };
             }
         };
+        let machine = machines.by_mac(&req.mac);
         let ctx = Ctx {
             p: self,
             req: &req,
             via,
             machines,
-            machine: machines.by_mac(&req.mac),
+            client: client_key(&req, machine.is_some()),
+            machine,
             now,
         };
         let r = match self.cfg.mode {
@@ -191,7 +209,7 @@ fn check_server_id(c: &Ctx, leases: &mut LeaseTable) -> Result<(), DropReason> {
     match c.req.server_id() {
         Some(sid) if sid != c.p.server_ip => {
             if c.req.msg_type == MessageType::Request {
-                leases.withdraw_offer(&c.req.mac);
+                leases.withdraw_offer(&c.client);
             }
             Err(DropReason::OtherServer)
         }
@@ -233,19 +251,19 @@ fn reservation(c: &Ctx, subnet: &Subnet) -> Option<Ipv4Addr> {
 /// Whether the pool address `ip` may go to this client now.
 fn usable(c: &Ctx, ip: Ipv4Addr, leases: &LeaseTable) -> bool {
     ip != c.p.server_ip
-        && leases.is_free_for(ip, &c.req.mac, c.now)
+        && leases.is_free_for(ip, &c.client, &c.req.mac, c.now)
         && c.machines.by_ip(&ip).is_none_or(|m| m.mac == c.req.mac)
 }
 
 fn choose_address(c: &Ctx, subnet: &Subnet, leases: &LeaseTable) -> Result<Ipv4Addr, DropReason> {
     if let Some(r) = reservation(c, subnet) {
-        return if leases.is_free_for(r, &c.req.mac, c.now) {
+        return if leases.is_free_for(r, &c.client, &c.req.mac, c.now) {
             Ok(r)
         } else {
             Err(DropReason::ReservationInUse)
         };
     }
-    if let Some(l) = leases.of_mac(&c.req.mac)
+    if let Some(l) = leases.of_client(&c.client)
         && subnet.in_pool(l.ip)
         && usable(c, l.ip, leases)
     {
@@ -384,7 +402,12 @@ fn notice(c: &Ctx, step: &'static str, m: &Message) -> Option<Notice> {
 fn discover(c: &Ctx, subnet: &Subnet, leases: &mut LeaseTable) -> Result<Outcome, DropReason> {
     admit(c)?;
     let ip = choose_address(c, subnet, leases)?;
-    leases.offer(ip, c.req.mac, c.now + u64::from(c.p.cfg.offer_hold));
+    leases.offer(
+        ip,
+        c.client,
+        c.req.mac,
+        c.now + u64::from(c.p.cfg.offer_hold),
+    );
     let m = address_reply(c, MessageType::Offer, Some(ip), subnet);
     Ok(Outcome {
         notice: notice(c, "DHCPOffer", &m),
@@ -411,14 +434,14 @@ fn request(c: &Ctx, subnet: &Subnet, leases: &mut LeaseTable) -> Result<Outcome,
         .or((!c.req.ciaddr.is_unspecified()).then_some(c.req.ciaddr))
         .ok_or(DropReason::NoLease)?;
     let ok = match reservation(c, subnet) {
-        Some(r) => ip == r && leases.is_free_for(ip, &c.req.mac, c.now),
+        Some(r) => ip == r && leases.is_free_for(ip, &c.client, &c.req.mac, c.now),
         None => subnet.in_pool(ip) && usable(c, ip, leases),
     };
     if !ok {
         return nak(c);
     }
     let until = c.now + u64::from(lease_time(c, subnet));
-    let writes = leases.bind(ip, c.req.mac, until);
+    let writes = leases.bind(ip, c.client, c.req.mac, until);
     let m = address_reply(c, MessageType::Ack, Some(ip), subnet);
     Ok(Outcome {
         notice: notice(c, "DHCPAck", &m),
@@ -435,8 +458,8 @@ const DECLINE_HOLD: u64 = 600;
 fn decline(c: &Ctx, leases: &mut LeaseTable) -> Result<Outcome, DropReason> {
     let ip = c.req.requested_ip().ok_or(DropReason::NoLease)?;
     match leases.get(ip) {
-        Some(l) if l.mac == c.req.mac => Ok(Outcome {
-            writes: leases.decline(ip, c.req.mac, c.now + DECLINE_HOLD),
+        Some(l) if l.belongs_to(&c.client, &c.req.mac) => Ok(Outcome {
+            writes: leases.decline(ip, c.client, c.req.mac, c.now + DECLINE_HOLD),
             ..Outcome::default()
         }),
         _ => Err(DropReason::NoLease),
@@ -444,7 +467,7 @@ fn decline(c: &Ctx, leases: &mut LeaseTable) -> Result<Outcome, DropReason> {
 }
 
 fn release(c: &Ctx, leases: &mut LeaseTable) -> Result<Outcome, DropReason> {
-    let writes = leases.release(c.req.ciaddr, &c.req.mac);
+    let writes = leases.release(c.req.ciaddr, &c.client, &c.req.mac);
     if writes.is_empty() {
         return Err(DropReason::NoLease);
     }

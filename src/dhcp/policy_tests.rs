@@ -174,7 +174,12 @@ fn concurrent_discovers_get_distinct_addresses_and_pool_runs_out() {
 fn request_for_someone_elses_address_is_naked() {
     let p = policy("discovery: {enabled: true}\n");
     let mut l = LeaseTable::new();
-    l.bind(Ipv4Addr::new(10, 0, 0, 100), [2, 0, 0, 0, 0, 1], 5000);
+    l.bind(
+        Ipv4Addr::new(10, 0, 0, 100),
+        ClientKey::from_mac(&[2, 0, 0, 0, 0, 1]),
+        [2, 0, 0, 0, 0, 1],
+        5000,
+    );
     let out = p.handle(
         &pxe(STRANGER, 3, &[(50, &[10, 0, 0, 100])]),
         Via::Port67,
@@ -241,7 +246,12 @@ fn relayed_request_goes_to_relay_with_option_82() {
 fn release_and_decline_change_only_own_leases() {
     let p = policy("discovery: {enabled: true}\n");
     let mut l = LeaseTable::new();
-    l.bind(Ipv4Addr::new(10, 0, 0, 100), [2, 0, 0, 0, 0, 1], 5000);
+    l.bind(
+        Ipv4Addr::new(10, 0, 0, 100),
+        ClientKey::from_mac(&[2, 0, 0, 0, 0, 1]),
+        [2, 0, 0, 0, 0, 1],
+        5000,
+    );
     let mut b = pxe(STRANGER, 7, &[]);
     b[12..16].copy_from_slice(&[10, 0, 0, 100]);
     let out = p.handle(&b, Via::Port67, &fake(), &mut l, 0);
@@ -293,7 +303,12 @@ fn proxy_mode_gives_boot_info_never_an_address() {
 fn renewal_is_unicast_and_extends_the_lease_inform_gets_options_only() {
     let p = policy("");
     let mut l = LeaseTable::new();
-    l.bind(Ipv4Addr::new(10, 0, 0, 7), KNOWN, 100);
+    l.bind(
+        Ipv4Addr::new(10, 0, 0, 7),
+        ClientKey::from_mac(&KNOWN),
+        KNOWN,
+        100,
+    );
     let mut b = raw_request(KNOWN, &[(53, &[3])]);
     b[12..16].copy_from_slice(&[10, 0, 0, 7]);
     let out = p.handle(&b, Via::Port67, &fake(), &mut l, 90);
@@ -416,4 +431,73 @@ proptest! {
             }
         }
     }
+}
+
+/// DORA for `mac` with extra options; the ACKed address (or None on NAK).
+fn dora(p: &Policy, l: &mut LeaseTable, mac: [u8; 6], extra: &[(u8, &[u8])]) -> Option<Ipv4Addr> {
+    let out = p.handle(&pxe(mac, 1, extra), Via::Port67, &fake(), l, 10);
+    let offered = decode(out.reply.as_ref()?).yiaddr();
+    let mut o: Vec<(u8, &[u8])> = extra.to_vec();
+    let ip = offered.octets();
+    o.push((50, &ip));
+    o.push((54, &[10, 0, 0, 1]));
+    let out = p.handle(&pxe(mac, 3, &o), Via::Port67, &fake(), l, 11);
+    let m = decode(out.reply.as_ref()?);
+    (m.opts().msg_type() == Some(MessageType::Ack)).then(|| m.yiaddr())
+}
+
+#[test]
+fn leases_are_keyed_by_client_identifier_when_sent() {
+    let p = policy("discovery: {enabled: true}\n");
+    let mut l = LeaseTable::new();
+    let id1: &[u8] = &[0xff, 0, 0, 0, 1, 0, 2, 0, 0, 0, 1];
+    let id2: &[u8] = &[0xff, 0, 0, 0, 2, 0, 2, 0, 0, 0, 1];
+    // Two client identifiers behind one hardware address are two clients.
+    let a = dora(&p, &mut l, STRANGER, &[(61, id1)]).unwrap();
+    let b = dora(&p, &mut l, STRANGER, &[(61, id2)]).unwrap();
+    assert_ne!(a, b);
+    // The same identifier from another hardware address is the same client.
+    let a2 = dora(&p, &mut l, [2, 9, 9, 9, 9, 9], &[(61, id1)]).unwrap();
+    assert_eq!(a, a2);
+    let lease = l.get(a).unwrap();
+    assert_eq!(lease.mac, [2, 9, 9, 9, 9, 9]);
+    assert_eq!(lease.client, ClientKey::from_client_id(id1).unwrap());
+    // RELEASE from id2 frees only id2's lease.
+    let mut rel = raw_request(STRANGER, &[(53, &[7]), (61, id2), (54, &[10, 0, 0, 1])]);
+    rel[12..16].copy_from_slice(&b.octets());
+    let out = p.handle(&rel, Via::Port67, &fake(), &mut l, 12);
+    assert_eq!(out.writes, vec![LeaseWrite::Delete(b)]);
+    assert!(l.get(a).is_some());
+    // Without option 61 the hardware address is the key: another client.
+    let c = dora(&p, &mut l, STRANGER, &[]).unwrap();
+    assert_ne!(c, a);
+    assert_eq!(l.get(c).unwrap().client, ClientKey::from_mac(&STRANGER));
+    // A client that stops sending option 61 keeps its address by hardware
+    // address (INIT-REBOOT of id1's holder without the identifier).
+    let reboot = pxe([2, 9, 9, 9, 9, 9], 3, &[(50, &a.octets())]);
+    let out = p.handle(&reboot, Via::Port67, &fake(), &mut l, 13);
+    let m = decode(out.reply.as_ref().unwrap());
+    assert_eq!(
+        (m.opts().msg_type(), m.yiaddr()),
+        (Some(MessageType::Ack), a)
+    );
+}
+
+#[test]
+fn known_machines_are_keyed_by_hardware_address_whatever_their_client_id() {
+    let p = policy("");
+    let mut l = LeaseTable::new();
+    let fw = dora(
+        &p,
+        &mut l,
+        KNOWN,
+        &[(61, &[1, 0x52, 0x54, 0, 0x12, 0x34, 0x56])],
+    );
+    let os = dora(&p, &mut l, KNOWN, &[(61, &[0xff, 1, 2, 3, 4, 0, 1, 0, 1])]);
+    assert_eq!(fw, Some(Ipv4Addr::new(10, 0, 0, 7)));
+    assert_eq!(os, fw, "firmware and OS share the machine's address");
+    assert_eq!(
+        l.get(Ipv4Addr::new(10, 0, 0, 7)).unwrap().client,
+        ClientKey::from_mac(&KNOWN)
+    );
 }

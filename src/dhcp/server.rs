@@ -1,9 +1,9 @@
 //! The UDP driver: binds port 67 (and 4011 in proxy mode) on the boot
 //! interface with SO_BINDTODEVICE, feeds each datagram to the policy, and
-//! sends replies (broadcast, unicast or to the relay). Lease writes go to a
-//! committer task that commits them in batches (one fsync'd redb
-//! transaction per batch: group commit) and only then sends the replies
-//! that depend on them. No DHCP decisions here.
+//! sends replies (broadcast, unicast or to the relay). Datagrams are read
+//! in bursts (whatever is queued, up to [`BURST`]); the lease writes of a
+//! burst are persisted together (`persist`, `lease_store`) before the
+//! replies that depend on them are sent. No DHCP decisions here.
 
 use std::io;
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
@@ -20,18 +20,20 @@ use tracing::Instrument;
 use super::config::{DhcpMode, DhcpSettings};
 use super::discovery;
 use super::lease::{LeaseTable, LeaseWrite};
-use super::lease_db::{LeaseDb, LeaseDbError};
-use super::metrics::{DhcpMetrics, TypeLabel, type_label};
+use super::lease_store::{DEFAULT_RECORDS, LeaseStore, LeaseStoreError};
+use super::lease_view::LeaseView;
+use super::metrics::DhcpMetrics;
 use super::packet::MAX_LEN;
-use super::policy::{Dest, Outcome, Policy, Reply, Via};
+use super::persist::{Held, Outbox, Persister};
+use super::policy::{Outcome, Policy, Via};
 use crate::api::BootEvent;
 use crate::directory::{BootRecorder, Directory};
 use crate::store::Store;
 
-/// File name of the lease database inside the data directory.
-pub const LEASE_FILE: &str = "dhcp-leases.redb";
-/// Replies waiting for one lease commit at most.
-const MAX_BATCH: usize = 2048;
+pub use super::lease_store::LEASE_FILE;
+/// Datagrams read before their lease writes are persisted and the replies
+/// sent.
+const BURST: usize = 64;
 
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -46,7 +48,7 @@ pub enum DhcpError {
         source: io::Error,
     },
     #[error("dhcp: {0}")]
-    Leases(#[from] LeaseDbError),
+    Leases(#[from] LeaseStoreError),
     #[error("dhcp: cannot create data directory {path}: {source}")]
     DataDir {
         path: String,
@@ -112,8 +114,9 @@ pub struct BoundServer {
     policy: Policy,
     sock67: Arc<UdpSocket>,
     sock4011: Option<Arc<UdpSocket>>,
-    db: Option<Arc<LeaseDb>>,
+    store: Option<LeaseStore>,
     table: LeaseTable,
+    view: LeaseView,
     release_tx: mpsc::Sender<[u8; 6]>,
     release_rx: mpsc::Receiver<[u8; 6]>,
 }
@@ -134,29 +137,34 @@ impl LeaseReleaser {
 }
 
 impl BoundServer {
-    /// Resolve our address, open the lease file, bind the sockets. Fails
-    /// fast with a clear error; nothing is served yet.
+    /// Resolve our address, open and recover the leases, bind the sockets.
+    /// Fails fast with a clear error; nothing is served yet.
     pub async fn bind(settings: DhcpSettings, data_dir: &Path) -> Result<BoundServer, DhcpError> {
         let server_ip = match settings.server_address {
             Some(a) => a,
             None => interface_ipv4(&settings.interface)?,
         };
-        let (db, table) = if settings.mode == DhcpMode::Authoritative {
+        let (store, table, view) = if settings.mode == DhcpMode::Authoritative {
             std::fs::create_dir_all(data_dir).map_err(|source| DhcpError::DataDir {
                 path: data_dir.display().to_string(),
                 source,
             })?;
-            let path = data_dir.join(LEASE_FILE);
-            let (db, leases) = tokio::task::spawn_blocking(move || {
-                let db = LeaseDb::open(&path)?;
-                let leases = db.load()?;
-                Ok::<_, LeaseDbError>((db, leases))
-            })
-            .await
-            .map_err(|e| DhcpError::Task(e.to_string()))??;
-            (Some(Arc::new(db)), LeaseTable::load(leases))
+            let (dir, sync) = (data_dir.to_path_buf(), settings.lease_sync);
+            let (store, rec) =
+                tokio::task::spawn_blocking(move || LeaseStore::open(&dir, DEFAULT_RECORDS, sync))
+                    .await
+                    .map_err(|e| DhcpError::Task(e.to_string()))??;
+            if rec.torn > 0 {
+                tracing::warn!(
+                    journals = rec.torn,
+                    "lease journal ended in a torn or corrupt record (power loss?); records before it were recovered"
+                );
+            }
+            tracing::info!(leases = rec.leases.len(), replayed = rec.replayed, sync = ?settings.lease_sync, "leases recovered");
+            let view = LeaseView::new(&rec.leases);
+            (Some(store), LeaseTable::load(rec.leases), view)
         } else {
-            (None, LeaseTable::new())
+            (None, LeaseTable::new(), LeaseView::default())
         };
         let sock67 = Arc::new(udp_socket(&settings.interface, 67)?);
         let sock4011 = if settings.mode == DhcpMode::Proxy && settings.proxy_port_4011 {
@@ -170,8 +178,9 @@ impl BoundServer {
             policy: Policy::new(settings, server_ip),
             sock67,
             sock4011,
-            db,
+            store,
             table,
+            view,
             release_tx,
             release_rx,
         })
@@ -182,6 +191,11 @@ impl BoundServer {
         LeaseReleaser {
             tx: self.release_tx.clone(),
         }
+    }
+
+    /// A read handle on the bound leases (by MAC), for the boot services.
+    pub fn lease_view(&self) -> LeaseView {
+        self.view.clone()
     }
 
     /// Serve until `cancel` fires.
@@ -197,8 +211,9 @@ impl BoundServer {
             policy,
             sock67,
             sock4011,
-            db,
+            store: leases,
             mut table,
+            view,
             release_tx,
             mut release_rx,
         } = self;
@@ -210,8 +225,7 @@ impl BoundServer {
             sock4011: sock4011.clone(),
             metrics: metrics.clone(),
         };
-        let (commit_tx, commit_rx) = mpsc::channel::<Pending>(MAX_BATCH);
-        let committer = db.map(|db| tokio::spawn(committer(db, commit_rx, out.clone())));
+        let mut persister = Persister::start(leases, view, out.clone(), cancel.clone());
         let mut sweep = tokio::time::interval(Duration::from_secs(5));
         let mut b67 = vec![0u8; MAX_LEN + 1];
         let mut b4011 = vec![0u8; MAX_LEN + 1];
@@ -222,37 +236,39 @@ impl BoundServer {
             disc_tx: disc_tx.as_ref(),
             metrics: &metrics,
             out: &out,
-            commit_tx: &commit_tx,
         };
+        let mut writes: Vec<LeaseWrite> = Vec::new();
+        let mut held: Vec<Held> = Vec::new();
         loop {
             tokio::select! {
                 _ = cancel.cancelled() => break,
                 r = sock67.recv_from(&mut b67) => {
                     if let Ok((n, src)) = r {
-                        ctx.packet(&b67[..n], src, Via::Port67, &mut table).await;
-                        // Drain what is already queued before yielding.
-                        for _ in 0..64 {
+                        let now = unix_now();
+                        ctx.packet(&b67[..n], src, Via::Port67, &mut table, now, &mut writes, &mut held).await;
+                        // Take what is already queued, then persist once.
+                        for _ in 1..BURST {
                             match sock67.try_recv_from(&mut b67) {
-                                Ok((n, src)) => ctx.packet(&b67[..n], src, Via::Port67, &mut table).await,
+                                Ok((n, src)) => ctx.packet(&b67[..n], src, Via::Port67, &mut table, now, &mut writes, &mut held).await,
                                 Err(_) => break,
                             }
                         }
+                        persister.persist(&mut writes, &mut held, &out).await;
                     }
                 }
                 r = recv_opt(sock4011.as_deref(), &mut b4011) => {
                     if let Ok((n, src)) = r {
-                        ctx.packet(&b4011[..n], src, Via::Port4011, &mut table).await;
+                        ctx.packet(&b4011[..n], src, Via::Port4011, &mut table, unix_now(), &mut writes, &mut held).await;
+                        persister.persist(&mut writes, &mut held, &out).await;
                     }
                 }
                 Some(mac) = release_rx.recv() => {
-                    if let Some(ip) = table.of_mac(&mac).map(|l| l.ip) {
-                        let writes = table.release(ip, &mac);
+                    for (ip, client) in table.bound_to_mac(&mac) {
+                        writes.extend(table.release(ip, &client, &mac));
                         tracing::info!(%ip, "lease released for a retired machine");
-                        if !writes.is_empty() {
-                            let _ = commit_tx.send(Pending { writes, reply: None }).await;
-                        }
-                        metrics.leases_bound.set(table.bound(unix_now()).count() as i64);
                     }
+                    persister.persist(&mut writes, &mut held, &out).await;
+                    metrics.leases_bound.set(table.bound(unix_now()).count() as i64);
                 }
                 _ = sweep.tick() => {
                     let now = unix_now();
@@ -261,11 +277,9 @@ impl BoundServer {
                 }
             }
         }
-        drop(commit_tx);
-        if let Some(c) = committer {
-            // Let pending commits finish so their replies are not lost.
-            let _ = tokio::time::timeout(Duration::from_secs(5), c).await;
-        }
+        // Let pending writes finish so their replies are not lost, and
+        // checkpoint so the next start replays nothing.
+        let _ = tokio::time::timeout(Duration::from_secs(5), persister.close()).await;
         Ok(())
     }
 }
@@ -293,83 +307,6 @@ pub async fn run(
         .await
 }
 
-/// A reply waiting for its lease writes to be durable.
-struct Pending {
-    writes: Vec<LeaseWrite>,
-    reply: Option<(Reply, SocketAddr, Via)>,
-}
-
-#[derive(Clone)]
-struct Outbox {
-    sock67: Arc<UdpSocket>,
-    sock4011: Option<Arc<UdpSocket>>,
-    metrics: DhcpMetrics,
-}
-
-impl Outbox {
-    async fn send(&self, r: &Reply, src: SocketAddr, via: Via) {
-        let (sock, to) = match r.to {
-            Dest::Relay(g) => (&self.sock67, SocketAddr::from((g, 67))),
-            Dest::Broadcast => (&self.sock67, SocketAddr::from((Ipv4Addr::BROADCAST, 68))),
-            Dest::Unicast(ip) => (&self.sock67, SocketAddr::from((ip, 68))),
-            Dest::Source => match (via, &self.sock4011) {
-                (Via::Port4011, Some(s)) => (s, src),
-                _ => (&self.sock67, src),
-            },
-        };
-        match sock.send_to(&r.bytes, to).await {
-            Ok(_) => {
-                self.metrics
-                    .replies
-                    .get_or_create(&TypeLabel {
-                        message_type: type_label(r.msg_type),
-                    })
-                    .inc();
-            }
-            Err(e) => {
-                tracing::debug!(%to, error = %e, "dhcp send failed");
-                self.metrics.drop("send_failed");
-            }
-        }
-    }
-}
-
-async fn committer(db: Arc<LeaseDb>, mut rx: mpsc::Receiver<Pending>, out: Outbox) {
-    while let Some(first) = rx.recv().await {
-        let mut batch = vec![first];
-        while batch.len() < MAX_BATCH {
-            match rx.try_recv() {
-                Ok(p) => batch.push(p),
-                Err(_) => break,
-            }
-        }
-        let writes: Vec<LeaseWrite> = batch
-            .iter()
-            .flat_map(|p| p.writes.iter().cloned())
-            .collect();
-        let db2 = db.clone();
-        let res = tokio::task::spawn_blocking(move || db2.apply(&writes)).await;
-        match res {
-            Ok(Ok(())) => {
-                out.metrics.lease_commits.inc();
-                for p in &batch {
-                    if let Some((r, src, via)) = &p.reply {
-                        out.send(r, *src, *via).await;
-                    }
-                }
-            }
-            Ok(Err(e)) => {
-                tracing::error!(error = %e, replies = batch.len(), "lease commit failed; replies withheld");
-                out.metrics.lease_commit_errors.inc();
-            }
-            Err(e) => {
-                tracing::error!(error = %e, "lease commit task failed; replies withheld");
-                out.metrics.lease_commit_errors.inc();
-            }
-        }
-    }
-}
-
 struct Handler<'a> {
     policy: &'a Policy,
     directory: &'a Directory,
@@ -377,29 +314,64 @@ struct Handler<'a> {
     disc_tx: Option<&'a mpsc::Sender<super::policy::Discovered>>,
     metrics: &'a DhcpMetrics,
     out: &'a Outbox,
-    commit_tx: &'a mpsc::Sender<Pending>,
+}
+
+/// A MAC for log fields, formatted only when the field is recorded.
+struct MacField<'a>(&'a [u8]);
+
+impl std::fmt::Display for MacField<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        for (i, b) in self.0.iter().enumerate() {
+            if i > 0 {
+                f.write_str(":")?;
+            }
+            write!(f, "{b:02x}")?;
+        }
+        Ok(())
+    }
 }
 
 impl Handler<'_> {
-    async fn packet(&self, bytes: &[u8], src: SocketAddr, via: Via, table: &mut LeaseTable) {
-        let xid = bytes
-            .get(4..8)
-            .map(|b| u32::from_be_bytes([b[0], b[1], b[2], b[3]]));
-        let mac = bytes.get(28..34).map(hex::encode);
-        let span = tracing::debug_span!("dhcp", %src, xid = ?xid, mac = ?mac);
-        let out = self
-            .policy
-            .handle(bytes, via, self.directory, table, unix_now());
-        self.after(out, src, via).instrument(span).await;
+    #[allow(clippy::too_many_arguments)]
+    async fn packet(
+        &self,
+        bytes: &[u8],
+        src: SocketAddr,
+        via: Via,
+        table: &mut LeaseTable,
+        now: u64,
+        writes: &mut Vec<LeaseWrite>,
+        held: &mut Vec<Held>,
+    ) {
+        let out = self.policy.handle(bytes, via, self.directory, table, now);
+        // The span's fields are only formatted when debug logging is on.
+        let span = tracing::debug_span!(
+            "dhcp",
+            %src,
+            xid = ?bytes.get(4..8).map(|b| u32::from_be_bytes([b[0], b[1], b[2], b[3]])),
+            mac = %MacField(bytes.get(28..34).unwrap_or_default()),
+        );
+        let now_reply = {
+            let _e = span.enter();
+            self.after(out, src, via, writes, held)
+        };
+        if let Some(h) = now_reply {
+            self.out.send(&h.reply, h.src, h.via).instrument(span).await;
+        }
     }
 
-    async fn after(&self, out: Outcome, src: SocketAddr, via: Via) {
+    /// Count, record, and sort the reply: returned when it can go now,
+    /// held (with its writes queued) when it depends on lease writes.
+    fn after(
+        &self,
+        out: Outcome,
+        src: SocketAddr,
+        via: Via,
+        writes: &mut Vec<LeaseWrite>,
+        held: &mut Vec<Held>,
+    ) -> Option<Held> {
         let m = self.metrics;
-        m.requests
-            .get_or_create(&TypeLabel {
-                message_type: out.request_type.map(type_label).unwrap_or("malformed"),
-            })
-            .inc();
+        m.requested(out.request_type);
         if let Some(d) = out.dropped {
             m.drop(d.label());
             tracing::debug!(reason = %d, "no reply");
@@ -422,18 +394,12 @@ impl Handler<'_> {
         {
             m.discovered_dropped.inc();
         }
+        let reply = out.reply.map(|reply| Held { reply, src, via });
         if out.writes.is_empty() {
-            if let Some(r) = out.reply {
-                self.out.send(&r, src, via).await;
-            }
-            return;
+            return reply;
         }
-        let p = Pending {
-            writes: out.writes,
-            reply: out.reply.map(|r| (r, src, via)),
-        };
-        if self.commit_tx.send(p).await.is_err() {
-            m.drop("commit_closed");
-        }
+        writes.extend_from_slice(&out.writes);
+        held.extend(reply);
+        None
     }
 }

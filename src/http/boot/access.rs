@@ -11,10 +11,9 @@
 //!   token is useless;
 //! - the request must come from the Machine's address: its reserved address
 //!   (`spec.network.address`) or the address its current DHCP lease gave it,
-//!   when a lease lookup is wired in. A machine with neither is refused.
-//!   `serve` wires no lease lookup yet (the DHCP server keeps its lease
-//!   table to itself), so today the reserved address is the rule; DHCP
-//!   hands reserved machines exactly that address.
+//!   when a lease lookup is wired in (`serve` wires the DHCP server's
+//!   [`LeaseView`](crate::dhcp::LeaseView) when DHCP runs in the process).
+//!   A machine with neither is refused.
 
 use std::net::{IpAddr, Ipv4Addr};
 
@@ -25,6 +24,13 @@ use super::token::TokenKey;
 /// Where the boot services can ask which address a MAC leased (DHCP).
 pub trait LeaseLookup: Send + Sync + 'static {
     fn address_of(&self, mac: &[u8; 6]) -> Option<Ipv4Addr>;
+}
+
+/// The DHCP server's bound, unexpired leases.
+impl LeaseLookup for crate::dhcp::LeaseView {
+    fn address_of(&self, mac: &[u8; 6]) -> Option<Ipv4Addr> {
+        crate::dhcp::LeaseView::address_of(self, mac, crate::dhcp::server::unix_now())
+    }
 }
 
 /// Why a request was refused. The text goes into a Warning event, so it
