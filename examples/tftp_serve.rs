@@ -1,14 +1,32 @@
 //! Serve a directory over TFTP with metalherd's server alone (used by
 //! scripts/bench-tftp): `tftp_serve LISTEN_ADDR ROOT_DIR`. Stops on SIGTERM
 //! or Ctrl-C and prints the transfer metrics to stderr.
+//! `TFTP_SERVE_THREADS=N` sets the runtime's worker threads (1: a
+//! current-thread runtime); the default is tokio's (one per core).
 
 use std::sync::Arc;
 
 use metalherd::tftp::{DirSource, NoEvents, TftpConfig, TftpMetrics};
 use tokio_util::sync::CancellationToken;
 
-#[tokio::main]
-async fn main() -> anyhow::Result<()> {
+fn main() -> anyhow::Result<()> {
+    let threads = std::env::var("TFTP_SERVE_THREADS")
+        .ok()
+        .and_then(|t| t.parse::<usize>().ok());
+    let rt = match threads {
+        Some(1) => tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?,
+        Some(n) => tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(n)
+            .enable_all()
+            .build()?,
+        None => tokio::runtime::Runtime::new()?,
+    };
+    rt.block_on(serve())
+}
+
+async fn serve() -> anyhow::Result<()> {
     metalherd::telemetry::init(false);
     let mut args = std::env::args().skip(1);
     let (Some(listen), Some(root)) = (args.next(), args.next()) else {
