@@ -1,32 +1,16 @@
 //! Serve a directory over TFTP with metalherd's server alone (used by
 //! scripts/bench-tftp): `tftp_serve LISTEN_ADDR ROOT_DIR`. Stops on SIGTERM
 //! or Ctrl-C and prints the transfer metrics to stderr.
-//! `TFTP_SERVE_THREADS=N` sets the runtime's worker threads (1: a
-//! current-thread runtime); the default is tokio's (one per core).
+//! `TFTP_SERVE_THREADS=N` sets the server's `threads` (default 1: its own
+//! current-thread runtime; 0: this example's multi-thread runtime).
 
 use std::sync::Arc;
 
 use metalherd::tftp::{DirSource, NoEvents, TftpConfig, TftpMetrics};
 use tokio_util::sync::CancellationToken;
 
-fn main() -> anyhow::Result<()> {
-    let threads = std::env::var("TFTP_SERVE_THREADS")
-        .ok()
-        .and_then(|t| t.parse::<usize>().ok());
-    let rt = match threads {
-        Some(1) => tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()?,
-        Some(n) => tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(n)
-            .enable_all()
-            .build()?,
-        None => tokio::runtime::Runtime::new()?,
-    };
-    rt.block_on(serve())
-}
-
-async fn serve() -> anyhow::Result<()> {
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
     metalherd::telemetry::init(false);
     let mut args = std::env::args().skip(1);
     let (Some(listen), Some(root)) = (args.next(), args.next()) else {
@@ -35,6 +19,10 @@ async fn serve() -> anyhow::Result<()> {
     let config = TftpConfig {
         listen: listen.parse()?,
         root: root.into(),
+        threads: match std::env::var("TFTP_SERVE_THREADS") {
+            Ok(t) => t.parse()?,
+            Err(_) => TftpConfig::default().threads,
+        },
         ..TftpConfig::default()
     };
     let source = Arc::new(DirSource::new(&config.root)?);

@@ -1,6 +1,10 @@
 //! The tokio driver: one listening socket for requests, a fresh ephemeral
 //! socket and a task per transfer (RFC 1350's TIDs), bounded by a
-//! semaphore, ended by a cancellation token with a drain deadline. All
+//! semaphore, ended by a cancellation token with a drain deadline. By
+//! default it runs on a thread of its own with a current-thread runtime
+//! (`threads: 1`): lock-step transfers are a ping-pong of tiny datagrams,
+//! and on a shared multi-thread runtime a good part of each exchange went
+//! to waking and parking worker threads. All
 //! protocol decisions are the session's; this file only moves bytes
 //! between sockets, the file source and the session, and keeps metrics.
 
@@ -41,7 +45,9 @@ pub enum TftpError {
 /// A bound listening socket, ready to serve. Binding apart from serving
 /// lets `serve` fail fast and tests learn the port picked for `:0`.
 pub struct TftpServer {
-    socket: UdpSocket,
+    /// Registered with a runtime only in `serve`, on the runtime that
+    /// serves it.
+    socket: std::net::UdpSocket,
     local: SocketAddr,
     limits: Limits,
     config: TftpConfig,
@@ -62,7 +68,7 @@ pub fn bind(config: &TftpConfig) -> Result<TftpServer, TftpError> {
     let _ = sock.set_recv_buffer_size(4 << 20);
     sock.set_nonblocking(true).map_err(bind_err)?;
     sock.bind(&addr.into()).map_err(bind_err)?;
-    let socket = UdpSocket::from_std(sock.into()).map_err(bind_err)?;
+    let socket: std::net::UdpSocket = sock.into();
     let local = socket.local_addr().map_err(bind_err)?;
     Ok(TftpServer {
         socket,
@@ -107,7 +113,9 @@ impl TftpServer {
     }
 
     /// Serve requests until `cancel` fires; then stop accepting, give
-    /// transfers in flight `drainMs` to finish, and abort the rest.
+    /// transfers in flight `drainMs` to finish, and abort the rest. With
+    /// `threads` 0 on the caller's runtime; otherwise on a runtime of
+    /// that many threads of its own, this future waiting for it to end.
     pub async fn serve(
         self,
         source: Arc<dyn FileSource>,
@@ -115,6 +123,53 @@ impl TftpServer {
         metrics: TftpMetrics,
         cancel: CancellationToken,
     ) {
+        let threads = self.config.threads;
+        if threads == 0 {
+            return self.serve_here(source, events, metrics, cancel).await;
+        }
+        let (done_tx, done_rx) = tokio::sync::oneshot::channel::<()>();
+        let spawned = std::thread::Builder::new()
+            .name("tftp".into())
+            .spawn(move || {
+                let rt = if threads == 1 {
+                    tokio::runtime::Builder::new_current_thread()
+                        .enable_all()
+                        .build()
+                } else {
+                    tokio::runtime::Builder::new_multi_thread()
+                        .worker_threads(threads)
+                        .thread_name("tftp")
+                        .enable_all()
+                        .build()
+                };
+                match rt {
+                    Ok(rt) => rt.block_on(self.serve_here(source, events, metrics, cancel)),
+                    Err(e) => tracing::error!(error = %e, "cannot start the tftp runtime"),
+                }
+                let _ = done_tx.send(());
+            });
+        match spawned {
+            Ok(_) => {
+                let _ = done_rx.await;
+            }
+            Err(e) => tracing::error!(error = %e, "cannot start the tftp thread"),
+        }
+    }
+
+    async fn serve_here(
+        self,
+        source: Arc<dyn FileSource>,
+        events: Arc<dyn TftpEvents>,
+        metrics: TftpMetrics,
+        cancel: CancellationToken,
+    ) {
+        let socket = match UdpSocket::from_std(self.socket) {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::error!(error = %e, "cannot register the tftp socket");
+                return;
+            }
+        };
         let ctx = Arc::new(Ctx {
             source,
             events,
@@ -132,7 +187,7 @@ impl TftpServer {
         loop {
             let (n, peer) = tokio::select! {
                 _ = cancel.cancelled() => break,
-                r = self.socket.recv_from(&mut buf) => match r {
+                r = socket.recv_from(&mut buf) => match r {
                     Ok(x) => x,
                     Err(e) => {
                         tracing::debug!(error = %e, "tftp receive failed");
