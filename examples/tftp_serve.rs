@@ -1,6 +1,8 @@
 //! Serve a directory over TFTP with metalherd's server alone (used by
 //! scripts/bench-tftp): `tftp_serve LISTEN_ADDR ROOT_DIR`. Stops on SIGTERM
 //! or Ctrl-C and prints the transfer metrics to stderr.
+//! `TFTP_SERVE_THREADS=N` sets the server's `threads` (default 1: its own
+//! current-thread runtime; 0: this example's multi-thread runtime).
 
 use std::sync::Arc;
 
@@ -17,6 +19,10 @@ async fn main() -> anyhow::Result<()> {
     let config = TftpConfig {
         listen: listen.parse()?,
         root: root.into(),
+        threads: match std::env::var("TFTP_SERVE_THREADS") {
+            Ok(t) => t.parse()?,
+            Err(_) => TftpConfig::default().threads,
+        },
         ..TftpConfig::default()
     };
     let source = Arc::new(DirSource::new(&config.root)?);

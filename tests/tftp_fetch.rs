@@ -98,6 +98,26 @@ async fn atftp_fetches_files_byte_identical_with_options() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn served_on_the_shared_runtime_too() {
+    // `threads: 0`: no thread of its own, the caller's runtime serves.
+    let fx = start(|c| c.threads = 0).await;
+    let out_dir = tempfile::tempdir().unwrap();
+    for (i, extra) in [&[][..], &["--tftp-blksize", "1468"][..]]
+        .iter()
+        .enumerate()
+    {
+        let out = out_dir.path().join(format!("out{i}"));
+        let o = curl(&fx.url("ipxe.efi"), &out, extra).await;
+        assert!(o.status.success(), "{o:?}");
+        assert_eq!(std::fs::read(&out).unwrap(), expected(&fx, "ipxe.efi"));
+    }
+    let out = out_dir.path().join("windowed");
+    atftp_get(fx.addr, "ipxe.efi", &out, &["blksize 1468", "windowsize 8"]).await;
+    assert_eq!(std::fs::read(&out).unwrap(), expected(&fx, "ipxe.efi"));
+    fx.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_hundred_concurrent_clients_all_finish() {
     const CLIENTS: usize = 200;
     let fx = start(|_| {}).await;

@@ -32,6 +32,9 @@ pub struct TftpConfig {
     pub max_windowsize: u16,
     /// How long transfers in flight may finish after shutdown begins.
     pub drain_ms: u64,
+    /// Threads of the TFTP server's own runtime (1: one thread, a
+    /// current-thread runtime); 0 runs it on the process's shared runtime.
+    pub threads: usize,
 }
 
 impl Default for TftpConfig {
@@ -46,6 +49,7 @@ impl Default for TftpConfig {
             max_blksize: MAX_BLKSIZE,
             max_windowsize: 64,
             drain_ms: 5000,
+            threads: 1,
         }
     }
 }
@@ -100,6 +104,9 @@ mod tests {
             serde_yaml::from_str("listen: 127.0.0.1:6969\nmaxBlksize: 1468\n").unwrap();
         assert_eq!(c.listen.port(), 6969);
         assert_eq!(c.validate().unwrap().max_blksize, 1468);
+        assert_eq!(c.threads, 1);
+        let c: TftpConfig = serde_yaml::from_str("threads: 0\n").unwrap();
+        assert_eq!(c.threads, 0);
         assert!(serde_yaml::from_str::<TftpConfig>("bogus: 1\n").is_err());
         let bad = TftpConfig {
             max_blksize: 4,

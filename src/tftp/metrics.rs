@@ -35,6 +35,16 @@ pub struct TftpMetrics {
     /// retransmitted request for a transfer already running).
     pub dropped_requests: Family<ReasonLabel, Counter>,
     pub active: Gauge,
+    /// Send calls on transfer sockets: `single` (one datagram) or `gso`
+    /// (a window of DATA packets in one UDP GSO send).
+    pub send_calls: Family<KindLabel, Counter>,
+    /// Transfers that fell back from GSO to one datagram per send.
+    pub gso_fallbacks: Counter,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct KindLabel {
+    pub kind: &'static str,
 }
 
 impl TftpMetrics {
@@ -71,6 +81,27 @@ impl TftpMetrics {
             "Transfers in flight",
             self.active.clone(),
         );
+        r.register(
+            "send_calls",
+            "Send calls on transfer sockets, by kind (single or gso)",
+            self.send_calls.clone(),
+        );
+        r.register(
+            "gso_fallbacks",
+            "Transfers that fell back from UDP GSO to one datagram per send",
+            self.gso_fallbacks.clone(),
+        );
+    }
+
+    pub fn send_calls(&self, kind: &'static str) {
+        self.send_calls.get_or_create(&KindLabel { kind }).inc();
+    }
+
+    pub fn send_calls_with(&self, kind: &'static str) -> u64 {
+        self.send_calls
+            .get(&KindLabel { kind })
+            .map(|c| c.get())
+            .unwrap_or(0)
     }
 
     pub fn transfer(&self, outcome: &'static str) {

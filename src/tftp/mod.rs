@@ -5,8 +5,10 @@
 //! - [`session`]: one transfer as a state machine (no I/O, no clock);
 //! - [`source`]: files by name, path traversal refused;
 //! - [`server`]: sockets, tasks, timers, shutdown;
+//! - [`burst`]: a session's datagrams out in as few sends as possible (UDP GSO);
 //! - [`metrics`], [`events`]: what the rest of metalherd sees of transfers.
 
+pub mod burst;
 pub mod config;
 pub mod events;
 pub mod metrics;

@@ -1,6 +1,10 @@
 //! The tokio driver: one listening socket for requests, a fresh ephemeral
 //! socket and a task per transfer (RFC 1350's TIDs), bounded by a
-//! semaphore, ended by a cancellation token with a drain deadline. All
+//! semaphore, ended by a cancellation token with a drain deadline. By
+//! default it runs on a thread of its own with a current-thread runtime
+//! (`threads: 1`): lock-step transfers are a ping-pong of tiny datagrams,
+//! and on a shared multi-thread runtime a good part of each exchange went
+//! to waking and parking worker threads. All
 //! protocol decisions are the session's; this file only moves bytes
 //! between sockets, the file source and the session, and keeps metrics.
 
@@ -11,13 +15,13 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
 use tokio::net::UdpSocket;
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::Instrument;
 
+use super::burst::Burst;
 use super::config::{ConfigError, TftpConfig};
 use super::events::{TftpEvents, TransferReport};
 use super::metrics::TftpMetrics;
@@ -41,7 +45,9 @@ pub enum TftpError {
 /// A bound listening socket, ready to serve. Binding apart from serving
 /// lets `serve` fail fast and tests learn the port picked for `:0`.
 pub struct TftpServer {
-    socket: UdpSocket,
+    /// Registered with a runtime only in `serve`, on the runtime that
+    /// serves it.
+    socket: std::net::UdpSocket,
     local: SocketAddr,
     limits: Limits,
     config: TftpConfig,
@@ -62,7 +68,7 @@ pub fn bind(config: &TftpConfig) -> Result<TftpServer, TftpError> {
     let _ = sock.set_recv_buffer_size(4 << 20);
     sock.set_nonblocking(true).map_err(bind_err)?;
     sock.bind(&addr.into()).map_err(bind_err)?;
-    let socket = UdpSocket::from_std(sock.into()).map_err(bind_err)?;
+    let socket: std::net::UdpSocket = sock.into();
     let local = socket.local_addr().map_err(bind_err)?;
     Ok(TftpServer {
         socket,
@@ -107,7 +113,9 @@ impl TftpServer {
     }
 
     /// Serve requests until `cancel` fires; then stop accepting, give
-    /// transfers in flight `drainMs` to finish, and abort the rest.
+    /// transfers in flight `drainMs` to finish, and abort the rest. With
+    /// `threads` 0 on the caller's runtime; otherwise on a runtime of
+    /// that many threads of its own, this future waiting for it to end.
     pub async fn serve(
         self,
         source: Arc<dyn FileSource>,
@@ -115,6 +123,53 @@ impl TftpServer {
         metrics: TftpMetrics,
         cancel: CancellationToken,
     ) {
+        let threads = self.config.threads;
+        if threads == 0 {
+            return self.serve_here(source, events, metrics, cancel).await;
+        }
+        let (done_tx, done_rx) = tokio::sync::oneshot::channel::<()>();
+        let spawned = std::thread::Builder::new()
+            .name("tftp".into())
+            .spawn(move || {
+                let rt = if threads == 1 {
+                    tokio::runtime::Builder::new_current_thread()
+                        .enable_all()
+                        .build()
+                } else {
+                    tokio::runtime::Builder::new_multi_thread()
+                        .worker_threads(threads)
+                        .thread_name("tftp")
+                        .enable_all()
+                        .build()
+                };
+                match rt {
+                    Ok(rt) => rt.block_on(self.serve_here(source, events, metrics, cancel)),
+                    Err(e) => tracing::error!(error = %e, "cannot start the tftp runtime"),
+                }
+                let _ = done_tx.send(());
+            });
+        match spawned {
+            Ok(_) => {
+                let _ = done_rx.await;
+            }
+            Err(e) => tracing::error!(error = %e, "cannot start the tftp thread"),
+        }
+    }
+
+    async fn serve_here(
+        self,
+        source: Arc<dyn FileSource>,
+        events: Arc<dyn TftpEvents>,
+        metrics: TftpMetrics,
+        cancel: CancellationToken,
+    ) {
+        let socket = match UdpSocket::from_std(self.socket) {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::error!(error = %e, "cannot register the tftp socket");
+                return;
+            }
+        };
         let ctx = Arc::new(Ctx {
             source,
             events,
@@ -132,7 +187,7 @@ impl TftpServer {
         loop {
             let (n, peer) = tokio::select! {
                 _ = cancel.cancelled() => break,
-                r = self.socket.recv_from(&mut buf) => match r {
+                r = socket.recv_from(&mut buf) => match r {
                     Ok(x) => x,
                     Err(e) => {
                         tracing::debug!(error = %e, "tftp receive failed");
@@ -301,44 +356,54 @@ async fn transfer_inner(
     let mut out = Vec::with_capacity(16);
     let mut batch = Vec::with_capacity(16);
     let mut session = Session::new(req, file.size(), &ctx.limits, Instant::now(), &mut out);
-    let mut data = vec![0u8; usize::from(session.negotiated().blksize)];
+    let neg = session.negotiated();
+    let blksize = usize::from(neg.blksize);
+    // A window of full DATA packets can leave in one GSO send.
+    let mut burst = Burst::new(&sock, (neg.windowsize > 1).then_some(blksize + 4));
+    let mut data = vec![0u8; blksize];
     let mut rbuf = vec![0u8; 2048];
-    // One timer and one cancellation waiter for the whole transfer, reset
-    // in place: cheaper than new ones for every packet.
-    let timer = tokio::time::sleep(Duration::from_secs(3600));
+    // One timer and one cancellation waiter for the whole transfer. The
+    // timer is moved only when a deadline comes earlier than the one it
+    // holds, or when it fires early: progress (which pushes the session's
+    // deadline on at every ACK) then costs no timer-wheel update.
+    let mut timer_at = tokio::time::Instant::now() + Duration::from_secs(3600);
+    let timer = tokio::time::sleep_until(timer_at);
     tokio::pin!(timer);
     let stopped = stop.cancelled();
     tokio::pin!(stopped);
     let end = 'run: loop {
         // Carry out what the session asked for; a Read feeds more actions.
-        let mut armed = None;
+        let mut finished = None;
         while !out.is_empty() {
             std::mem::swap(&mut out, &mut batch);
             for action in batch.drain(..) {
                 match action {
-                    Action::Send(b) => {
-                        if let Err(e) = send(&sock, &b).await {
-                            break 'run End::Socket(e);
-                        }
-                    }
-                    Action::Arm(t) => armed = Some(t),
+                    Action::Send(b) => burst.push(b),
+                    // The session's deadline() is the latest Arm.
+                    Action::Arm(_) => {}
                     Action::Read { len } => {
-                        let buf = data.get_mut(..len).unwrap_or_default();
-                        match file.read(buf).await {
-                            Ok(n) => {
-                                let got = buf.get(..n).unwrap_or_default();
-                                session.on_read(Instant::now(), got, &mut out);
-                            }
+                        let scratch = data.get_mut(..len).unwrap_or_default();
+                        match file.next(scratch).await {
+                            Ok(got) => session.on_read(Instant::now(), got, &mut out),
                             Err(e) => break 'run End::ReadError(e),
                         }
                     }
-                    Action::Finish(o) => break 'run End::Session(o),
+                    Action::Finish(o) => finished = Some(o),
                 }
             }
         }
-        // Only the last Arm of a burst counts: reset the timer once.
-        if let Some(t) = armed {
-            timer.as_mut().reset(tokio::time::Instant::from_std(t));
+        // The whole burst (a window, or a window resent) at once.
+        if let Err(e) = burst.flush(&sock, &ctx.metrics).await {
+            break End::Socket(e);
+        }
+        if let Some(o) = finished {
+            break End::Session(o);
+        }
+        if let Some(d) = session.deadline().map(tokio::time::Instant::from_std)
+            && d < timer_at
+        {
+            timer_at = d;
+            timer.as_mut().reset(d);
         }
         tokio::select! {
             biased;
@@ -353,16 +418,14 @@ async fn transfer_inner(
                 Err(e) => break End::Socket(e),
             },
             _ = &mut timer => {
-                // Park the timer until the session arms it again.
-                let now = Instant::now();
-                timer.as_mut().reset(tokio::time::Instant::now() + Duration::from_secs(3600));
-                session.on_timer(now, &mut out);
-                if out.is_empty()
-                    && let Some(d) = session.deadline()
-                {
-                    // An early tick: wait for the deadline still pending.
-                    timer.as_mut().reset(tokio::time::Instant::from_std(d));
-                }
+                // Early ticks (the deadline moved on) do nothing but move
+                // the timer to the deadline still pending.
+                session.on_timer(Instant::now(), &mut out);
+                timer_at = session
+                    .deadline()
+                    .map(tokio::time::Instant::from_std)
+                    .unwrap_or_else(|| tokio::time::Instant::now() + Duration::from_secs(3600));
+                timer.as_mut().reset(timer_at);
             }
         }
     };
@@ -411,10 +474,6 @@ async fn transfer_inner(
         }
     };
     (word, bytes)
-}
-
-async fn send(sock: &UdpSocket, b: &Bytes) -> std::io::Result<()> {
-    sock.send(b).await.map(|_| ())
 }
 
 /// A socket on a new port (the server's TID for this transfer), connected

@@ -2,13 +2,16 @@
 //! directory ([`DirSource`]) in which no request can reach outside the root
 //! (no `..`, absolute paths, backslashes, NULs, or symlinks leading out),
 //! in-memory virtual files ([`MemorySource`]) and an [`Overlay`] of two
-//! sources. Files are read in chunks, never whole. Knows nothing of TFTP
-//! packets; error messages never carry server paths.
+//! sources. Small files (boot loaders like ipxe.efi, read by every
+//! machine of a boot storm) are read whole once and served from memory
+//! while they stay unchanged; larger ones are read in chunks, never whole.
+//! Knows nothing of TFTP packets; error messages never carry server paths.
 
 use std::collections::HashMap;
 use std::io::Read;
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 use bytes::Bytes;
@@ -44,6 +47,14 @@ pub trait FileHandle: Send {
     /// Fill `buf` completely, or partly only at the end of the file;
     /// returns how many bytes were written.
     async fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize>;
+
+    /// The next `scratch.len()` bytes (fewer only at the end of the file),
+    /// read into `scratch`, or borrowed without a copy when the file is
+    /// already in memory.
+    async fn next<'a>(&'a mut self, scratch: &'a mut [u8]) -> std::io::Result<&'a [u8]> {
+        let n = self.read(scratch).await?;
+        Ok(scratch.get(..n).unwrap_or_default())
+    }
 }
 
 /// Read-only files by name, as a TFTP client asks for them.
@@ -76,16 +87,67 @@ pub fn sanitize(name: &str) -> Result<Vec<&str>, SourceError> {
     Ok(parts)
 }
 
+/// Files up to this size are kept in memory after their first read.
+pub const CACHE_FILE_MAX: u64 = 8 << 20;
+/// Bytes of file contents kept in memory at most, over all files.
+const CACHE_TOTAL_MAX: u64 = 64 << 20;
+
 /// Serves regular files under a root directory.
 pub struct DirSource {
     root: PathBuf,
+    cache: Arc<Mutex<Cache>>,
+}
+
+/// Contents of small files by canonical path, each valid only while the
+/// file on disk has the same device, inode, size and modification time (a
+/// file replaced or rewritten is read again).
+#[derive(Default)]
+struct Cache {
+    max_file: u64,
+    total: u64,
+    files: HashMap<PathBuf, Cached>,
+}
+
+struct Cached {
+    id: FileId,
+    data: Bytes,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+struct FileId {
+    dev: u64,
+    ino: u64,
+    len: u64,
+    mtime: (i64, i64),
+}
+
+impl FileId {
+    fn of(m: &std::fs::Metadata) -> FileId {
+        FileId {
+            dev: m.dev(),
+            ino: m.ino(),
+            len: m.len(),
+            mtime: (m.mtime(), m.mtime_nsec()),
+        }
+    }
 }
 
 impl DirSource {
-    /// The root must exist; it is canonicalized once here.
+    /// The root must exist; it is canonicalized once here. Files up to
+    /// [`CACHE_FILE_MAX`] bytes are cached in memory.
     pub fn new(root: &Path) -> std::io::Result<DirSource> {
+        DirSource::with_cache_limit(root, CACHE_FILE_MAX)
+    }
+
+    /// Like [`DirSource::new`], caching files up to `max_file` bytes (0:
+    /// none).
+    pub fn with_cache_limit(root: &Path, max_file: u64) -> std::io::Result<DirSource> {
         Ok(DirSource {
             root: root.canonicalize()?,
+            cache: Arc::new(Mutex::new(Cache {
+                max_file,
+                ..Cache::default()
+            })),
         })
     }
 
@@ -115,7 +177,7 @@ fn map_io(e: std::io::Error) -> SourceError {
     }
 }
 
-fn open_regular(path: &Path) -> Result<(std::fs::File, u64), SourceError> {
+fn open_regular(path: &Path) -> Result<(std::fs::File, std::fs::Metadata), SourceError> {
     use std::os::unix::fs::OpenOptionsExt;
     // The path is canonical: no component is a symlink now. O_NOFOLLOW makes
     // a symlink swapped in for the file itself since then fail to open.
@@ -132,7 +194,60 @@ fn open_regular(path: &Path) -> Result<(std::fs::File, u64), SourceError> {
         // Directories, FIFOs and devices are not files to serve.
         return Err(SourceError::NotFound);
     }
-    Ok((f, meta.len()))
+    Ok((f, meta))
+}
+
+/// What an open finds: a file to read in chunks, or contents in memory.
+enum Opened {
+    Disk(std::fs::File, u64),
+    Memory(Bytes),
+}
+
+/// Open `name` under `root` (blocking), answering from `cache` when the
+/// file is small and unchanged, and filling it when it is small and new.
+fn open_cached(root: &Path, name: &str, cache: &Mutex<Cache>) -> Result<Opened, SourceError> {
+    let path = resolve(root, name)?;
+    let (mut file, meta) = open_regular(&path)?;
+    let id = FileId::of(&meta);
+    let max_file = match cache.lock() {
+        Ok(c) => {
+            if let Some(hit) = c.files.get(&path).filter(|h| h.id == id) {
+                return Ok(Opened::Memory(hit.data.clone()));
+            }
+            c.max_file
+        }
+        Err(_) => 0,
+    };
+    if id.len > max_file {
+        return Ok(Opened::Disk(file, id.len));
+    }
+    let mut data = Vec::with_capacity(id.len as usize);
+    file.read_to_end(&mut data).map_err(SourceError::Io)?;
+    if data.len() as u64 != id.len {
+        // Changed while being read: serve what was read, keep nothing.
+        return Ok(Opened::Memory(data.into()));
+    }
+    let data = Bytes::from(data);
+    if let Ok(mut c) = cache.lock() {
+        if let Some(old) = c.files.remove(&path) {
+            c.total -= old.data.len() as u64;
+        }
+        if c.total + id.len > CACHE_TOTAL_MAX {
+            // Boot assets are a handful of files: when they do not fit,
+            // start over rather than track recency.
+            c.files.clear();
+            c.total = 0;
+        }
+        c.total += id.len;
+        c.files.insert(
+            path,
+            Cached {
+                id,
+                data: data.clone(),
+            },
+        );
+    }
+    Ok(Opened::Memory(data))
 }
 
 #[async_trait]
@@ -142,17 +257,23 @@ impl FileSource for DirSource {
         sanitize(name)?;
         let root = self.root.clone();
         let name = name.to_string();
-        let (file, size) =
-            tokio::task::spawn_blocking(move || open_regular(&resolve(&root, &name)?))
-                .await
-                .map_err(|e| SourceError::Io(std::io::Error::other(e)))??;
-        Ok(Box::new(DirFile {
-            file: Some(file),
-            size,
-            buf: Vec::new(),
-            pos: 0,
-            eof: false,
-        }))
+        let cache = self.cache.clone();
+        let opened = tokio::task::spawn_blocking(move || open_cached(&root, &name, &cache))
+            .await
+            .map_err(|e| SourceError::Io(std::io::Error::other(e)))??;
+        Ok(match opened {
+            Opened::Memory(data) => Box::new(MemFile {
+                data,
+                last: Bytes::new(),
+            }),
+            Opened::Disk(file, size) => Box::new(DirFile {
+                file: Some(file),
+                size,
+                buf: Vec::new(),
+                pos: 0,
+                eof: false,
+            }),
+        })
     }
 }
 
@@ -260,12 +381,17 @@ impl FileSource for MemorySource {
             .ok()
             .and_then(|m| m.get(&key).cloned())
             .ok_or(SourceError::NotFound)?;
-        Ok(Box::new(MemFile { data }))
+        Ok(Box::new(MemFile {
+            data,
+            last: Bytes::new(),
+        }))
     }
 }
 
 struct MemFile {
     data: Bytes,
+    /// The block [`FileHandle::next`] returned last.
+    last: Bytes,
 }
 
 #[async_trait]
@@ -278,6 +404,13 @@ impl FileHandle for MemFile {
         let k = out.len().min(self.data.len());
         out[..k].copy_from_slice(&self.data.split_to(k));
         Ok(k)
+    }
+
+    async fn next<'a>(&'a mut self, scratch: &'a mut [u8]) -> std::io::Result<&'a [u8]> {
+        // Cut the front off the shared buffer: no copy.
+        let k = scratch.len().min(self.data.len());
+        self.last = self.data.split_to(k);
+        Ok(&self.last)
     }
 }
 
@@ -362,133 +495,5 @@ impl FileSource for Overlay {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    async fn read_all(src: &dyn FileSource, name: &str) -> Result<Vec<u8>, SourceError> {
-        let mut h = src.open(name).await?;
-        let mut all = Vec::new();
-        let mut buf = vec![0u8; 1000];
-        loop {
-            let n = h.read(&mut buf).await.map_err(SourceError::Io)?;
-            all.extend_from_slice(&buf[..n]);
-            if n < buf.len() {
-                return Ok(all);
-            }
-        }
-    }
-
-    #[test]
-    fn sanitize_refuses_escapes() {
-        for bad in [
-            "",
-            "/",
-            "/etc/passwd",
-            "../x",
-            "a/../../x",
-            "a/..",
-            "..",
-            "a\\..\\x",
-            "C:\\x",
-            "a\0b",
-            "a\nb",
-            "./",
-        ] {
-            assert!(
-                matches!(sanitize(bad), Err(SourceError::Forbidden)),
-                "{bad:?}"
-            );
-        }
-        assert_eq!(sanitize("a//b/./c").unwrap(), vec!["a", "b", "c"]);
-        assert_eq!(sanitize("ipxe.efi").unwrap(), vec!["ipxe.efi"]);
-        assert_eq!(sanitize("..a/b..").unwrap(), vec!["..a", "b.."]);
-    }
-
-    #[tokio::test]
-    async fn dir_source_serves_files_in_chunks_and_stays_inside() {
-        let outside = tempfile::tempdir().unwrap();
-        std::fs::write(outside.path().join("secret"), b"s3cret").unwrap();
-        let root = tempfile::tempdir().unwrap();
-        let big: Vec<u8> = (0..(CHUNK * 3 + 17)).map(|i| (i % 251) as u8).collect();
-        std::fs::write(root.path().join("big.bin"), &big).unwrap();
-        std::fs::create_dir(root.path().join("sub")).unwrap();
-        std::fs::write(root.path().join("sub/a"), b"a").unwrap();
-        std::os::unix::fs::symlink(outside.path().join("secret"), root.path().join("escape"))
-            .unwrap();
-        std::os::unix::fs::symlink(outside.path(), root.path().join("escdir")).unwrap();
-        std::os::unix::fs::symlink("sub/a", root.path().join("inside")).unwrap();
-        let src = DirSource::new(root.path()).unwrap();
-
-        assert_eq!(read_all(&src, "big.bin").await.unwrap(), big);
-        assert_eq!(read_all(&src, "sub//a").await.unwrap(), b"a");
-        assert_eq!(read_all(&src, "inside").await.unwrap(), b"a");
-        assert!(matches!(
-            read_all(&src, "escape").await,
-            Err(SourceError::Forbidden)
-        ));
-        assert!(matches!(
-            read_all(&src, "escdir/secret").await,
-            Err(SourceError::Forbidden)
-        ));
-        assert!(matches!(
-            read_all(&src, "missing").await,
-            Err(SourceError::NotFound)
-        ));
-        assert!(matches!(
-            read_all(&src, "sub").await,
-            Err(SourceError::NotFound)
-        ));
-        let h = src.open("big.bin").await.unwrap();
-        assert_eq!(h.size(), Some(big.len() as u64));
-    }
-
-    #[tokio::test]
-    async fn netascii_translates_line_ends_across_reads() {
-        let text = b"a\nb\rc\r\n".repeat(3000);
-        let want: Vec<u8> = text
-            .iter()
-            .flat_map(|&b| match b {
-                b'\n' => vec![b'\r', b'\n'],
-                b'\r' => vec![b'\r', 0],
-                o => vec![o],
-            })
-            .collect();
-        for chunk in [1usize, 2, 3, 512, 5000] {
-            let mem = MemorySource::new();
-            mem.insert("t", text.clone());
-            let mut h = Netascii::new(mem.open("t").await.unwrap());
-            assert_eq!(h.size(), None);
-            let mut got = Vec::new();
-            let mut buf = vec![0u8; chunk];
-            loop {
-                let n = h.read(&mut buf).await.unwrap();
-                got.extend_from_slice(&buf[..n]);
-                if n < chunk {
-                    break;
-                }
-            }
-            assert_eq!(got, want, "chunk {chunk}");
-        }
-    }
-
-    #[tokio::test]
-    async fn memory_files_overlay_a_directory() {
-        let root = tempfile::tempdir().unwrap();
-        std::fs::write(root.path().join("disk"), b"disk").unwrap();
-        let mem = MemorySource::new();
-        mem.insert("virtual/boot.ipxe", &b"#!ipxe\n"[..]);
-        let src = Overlay {
-            upper: Arc::new(mem),
-            lower: Arc::new(DirSource::new(root.path()).unwrap()),
-        };
-        assert_eq!(
-            read_all(&src, "virtual//boot.ipxe").await.unwrap(),
-            b"#!ipxe\n"
-        );
-        assert_eq!(read_all(&src, "disk").await.unwrap(), b"disk");
-        assert!(matches!(
-            read_all(&src, "../disk").await,
-            Err(SourceError::Forbidden)
-        ));
-    }
-}
+#[path = "source_tests.rs"]
+mod tests;
