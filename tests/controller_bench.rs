@@ -223,17 +223,19 @@ async fn run(n: usize, limit: usize) {
         boot_url: format!("http://{addr}"),
         walks: AtomicUsize::new(0),
     });
+    // Waiting for a boot slot keeps the default (slow) safety-net look:
+    // freed slots wake their waiters.
     let limits = Limits {
         poll: Duration::from_secs(1),
         bmc_retry: Duration::from_secs(1),
-        slot_wait: Duration::from_secs(1),
         ..Limits::default()
     };
+    let slots = BootSlots::new(limit);
     let reconciler = MachineReconciler {
         store: store.clone(),
         connector: Arc::new(Connector(fleet.clone())),
         cluster: None,
-        slots: BootSlots::new(limit),
+        slots: slots.clone(),
         limits,
         drain: DrainOptions::default(),
         releaser: None,
@@ -249,6 +251,7 @@ async fn run(n: usize, limit: usize) {
     )
     .with_metrics(metrics.clone());
     let queue = runner.handle();
+    slots.set_waker(queue.clone());
 
     let t0 = Instant::now();
     for m in &machines {
@@ -303,15 +306,25 @@ async fn run(n: usize, limit: usize) {
     }
     let wall = t0.elapsed();
     cancel.cancel();
+    let writes = store
+        .list(metalherd::api::Kind::Machine, &ListOptions::default())
+        .await
+        .unwrap()
+        .resource_version;
+    let file_mib = std::fs::metadata(dir.path().join("s.redb"))
+        .map(|m| m.len() / (1 << 20))
+        .unwrap_or(0);
     let reconciles = metrics.count("machine", "ok") + metrics.count("machine", "error");
     println!(
         "BENCH machines={n} limit={limit} declare={:.1}s wall_to_all_ready={:.1}s reconciles={reconciles} \
-         reconciles_per_s={:.0} walks={} peak_open_boots={peak_booting} peak_rss_mib={}",
+         reconciles_per_s={:.0} walks={} peak_open_boots={peak_booting} peak_rss_mib={} \
+         store_writes={writes} writes_per_machine={:.1} store_file_mib={file_mib}",
         declared.as_secs_f64(),
         wall.as_secs_f64(),
         reconciles as f64 / wall.as_secs_f64(),
         fleet.walks.load(Ordering::Relaxed),
-        peak_rss_kib() / 1024
+        peak_rss_kib() / 1024,
+        writes as f64 / n as f64,
     );
     assert!(
         peak_booting <= limit.max(1),

@@ -49,11 +49,12 @@ pub async fn start_machine_controller(
     };
     let connector: Arc<dyn BmcConnector> =
         Arc::new(StoreConnector::new(store.clone(), settings.bmc_timing));
+    let slots = BootSlots::new(settings.boot_storm_limit);
     let reconciler = MachineReconciler {
         store: store.clone(),
         connector,
         cluster,
-        slots: BootSlots::new(settings.boot_storm_limit),
+        slots: slots.clone(),
         limits: settings.limits,
         drain: settings.drain,
         releaser,
@@ -66,6 +67,8 @@ pub async fn start_machine_controller(
     );
     let runner = Runner::new(Arc::new(reconciler), settings.runner).with_metrics(metrics);
     let queue = runner.handle();
+    // A freed boot slot asks for its next waiter's reconcile at once.
+    slots.set_waker(queue.clone());
     tasks.spawn(feed(
         store.clone(),
         Kind::Machine,
