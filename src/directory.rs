@@ -4,7 +4,7 @@
 //! [`BootRecorder`], which appends boot-history steps to Machines off the
 //! hot path.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::net::Ipv4Addr;
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
@@ -252,7 +252,10 @@ fn remove_key(idx: &mut Index, key: &(String, String)) {
 
 /// Appends boot-history steps to Machines without making the caller wait:
 /// `record` never blocks (a full queue drops the step and counts it), and a
-/// background task writes them with conflict retries.
+/// background task writes them with conflict retries. The task takes every
+/// step already queued at once and writes each machine's steps in one
+/// status update, several machines at a time, so a boot storm's history
+/// keeps up with it (steps of one machine keep their order).
 #[derive(Clone)]
 pub struct BootRecorder {
     tx: mpsc::Sender<(String, String, BootEvent)>,
@@ -265,15 +268,33 @@ impl BootRecorder {
     pub fn spawn(store: Arc<dyn Store>, cancel: CancellationToken) -> BootRecorder {
         let (tx, mut rx) = mpsc::channel::<(String, String, BootEvent)>(4096);
         tokio::spawn(async move {
+            use futures::StreamExt;
             loop {
                 let item = tokio::select! {
                     _ = cancel.cancelled() => return,
                     i = rx.recv() => i,
                 };
-                let Some((ns, name, ev)) = item else { return };
-                if let Err(e) = append_boot_event(store.as_ref(), &ns, &name, ev).await {
-                    tracing::warn!(machine = %format!("{ns}/{name}"), error = %e, "cannot record boot step");
+                let Some(first) = item else { return };
+                let mut batch: BTreeMap<(String, String), Vec<BootEvent>> = BTreeMap::new();
+                let mut next = Some(first);
+                let mut taken = 0;
+                while let Some((ns, name, ev)) = next {
+                    batch.entry((ns, name)).or_default().push(ev);
+                    taken += 1;
+                    next = if taken < RECORD_BATCH {
+                        rx.try_recv().ok()
+                    } else {
+                        None
+                    };
                 }
+                let store = store.as_ref();
+                futures::stream::iter(batch)
+                    .for_each_concurrent(RECORD_CONCURRENCY, |((ns, name), evs)| async move {
+                        if let Err(e) = append_boot_events(store, &ns, &name, &evs).await {
+                            tracing::warn!(machine = %format!("{ns}/{name}"), error = %e, "cannot record boot steps");
+                        }
+                    })
+                    .await;
             }
         });
         BootRecorder {
@@ -308,6 +329,11 @@ impl BootRecorder {
     }
 }
 
+/// Steps the recorder takes off its queue at once.
+const RECORD_BATCH: usize = 1024;
+/// Machines whose steps the recorder writes at once.
+const RECORD_CONCURRENCY: usize = 16;
+
 /// Append one step to a Machine's `status.bootHistory` (keeping the last
 /// [`BOOT_HISTORY_LIMIT`]), retrying on conflicts.
 pub async fn append_boot_event(
@@ -316,11 +342,23 @@ pub async fn append_boot_event(
     name: &str,
     ev: BootEvent,
 ) -> Result<(), StoreError> {
+    append_boot_events(store, namespace, name, std::slice::from_ref(&ev)).await
+}
+
+/// Append steps, in order, to a Machine's `status.bootHistory` in one
+/// status update (keeping the last [`BOOT_HISTORY_LIMIT`]), retrying on
+/// conflicts.
+pub async fn append_boot_events(
+    store: &dyn Store,
+    namespace: &str,
+    name: &str,
+    evs: &[BootEvent],
+) -> Result<(), StoreError> {
     let mut last = None;
     for _ in 0..10 {
         let mut m: Machine = store.get_obj(namespace, name).await?;
         let st = m.status.get_or_insert_with(Default::default);
-        st.boot_history.push(ev.clone());
+        st.boot_history.extend(evs.iter().cloned());
         let n = st.boot_history.len();
         if n > BOOT_HISTORY_LIMIT {
             st.boot_history.drain(..n - BOOT_HISTORY_LIMIT);
@@ -333,3 +371,7 @@ pub async fn append_boot_event(
     }
     Err(last.unwrap_or_else(|| StoreError::Backend("retries exhausted".into())))
 }
+
+#[cfg(test)]
+#[path = "directory_tests.rs"]
+mod tests;

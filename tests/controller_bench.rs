@@ -15,7 +15,7 @@ mod common;
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -37,16 +37,22 @@ use tokio_util::sync::CancellationToken;
 /// One simulated server: its power state and whether it has booted.
 struct Server {
     mac: String,
+    /// Its reserved address (a loopback address of its own, so the boot
+    /// path's per-machine address checks hold).
+    ip: std::net::Ipv4Addr,
     power: Mutex<PowerState>,
 }
 
 struct Fleet {
     servers: HashMap<String, Arc<Server>>,
-    http: reqwest::Client,
     boot_url: String,
+    dhcp: common::sim_boot::DhcpSim,
+    tftp: SocketAddr,
+    xid: AtomicU32,
     walks: AtomicUsize,
-    /// Milliseconds spent, over all walks: power-on to a script naming the
-    /// Ignition URL, then each later step; and script fetches.
+    /// Milliseconds spent, over all walks: power-on through DHCP, TFTP
+    /// and iPXE's DHCP to a script naming the Ignition URL, then each later
+    /// step; and script fetches.
     ms: [AtomicU64; 4],
     script_fetches: AtomicUsize,
 }
@@ -122,7 +128,13 @@ async fn until_ok(c: &reqwest::Client, post: bool, url: &str) -> String {
 /// Network boot, install, reboot, call home.
 async fn walk(fleet: Arc<Fleet>, s: Arc<Server>) {
     fleet.walks.fetch_add(1, Ordering::Relaxed);
-    let c = &fleet.http;
+    // The server's own source address, as the boot path checks it.
+    let client = reqwest::Client::builder()
+        .local_address(std::net::IpAddr::V4(s.ip))
+        .pool_max_idle_per_host(1)
+        .build()
+        .unwrap();
+    let c = &client;
     let hy = s.mac.replace(':', "-");
     let base = &fleet.boot_url;
     let mut t = Instant::now();
@@ -131,6 +143,26 @@ async fn walk(fleet: Arc<Fleet>, s: Arc<Server>) {
         fleet.ms[i].fetch_add(ms, Ordering::Relaxed);
         t = Instant::now();
     };
+    // Firmware DHCP, TFTP of the boot file it names, iPXE's DHCP. Retried
+    // like firmware does until the boot directory knows the machine's boot.
+    let mac: [u8; 6] = metalherd::api::validate::parse_mac(&s.mac).unwrap();
+    let mut tries = 0;
+    let file = loop {
+        let xid = fleet.xid.fetch_add(1, Ordering::Relaxed);
+        match fleet.dhcp.exchange(mac, xid, false) {
+            Ok(a) => break a.file,
+            Err(e) => {
+                tries += 1;
+                assert!(tries < 600, "{}: DHCP: {e}", s.mac);
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    };
+    common::sim_boot::tftp_get(s.ip, fleet.tftp, &file)
+        .await
+        .unwrap();
+    let xid = fleet.xid.fetch_add(1, Ordering::Relaxed);
+    fleet.dhcp.exchange(mac, xid, true).unwrap();
     let ign = loop {
         fleet.script_fetches.fetch_add(1, Ordering::Relaxed);
         let script = until_ok(c, false, &format!("{base}/boot.ipxe?mac={hy}&arch=x86_64")).await;
@@ -240,6 +272,7 @@ async fn run(n: usize, limit: usize) {
     .settings(&dir.path().join("data"))
     .unwrap();
     let directory = Directory::new();
+    let recorder = BootRecorder::spawn(store.clone(), cancel.clone());
     tokio::spawn(directory.clone().run(store.clone(), cancel.clone()));
     let state = Arc::new(
         BootState::new(
@@ -247,7 +280,7 @@ async fn run(n: usize, limit: usize) {
             BootDeps {
                 store: store.clone(),
                 directory: directory.clone(),
-                recorder: BootRecorder::spawn(store.clone(), cancel.clone()),
+                recorder: recorder.clone(),
                 ignition: Arc::new(boot::ignition::MinimalIgnition),
                 leases: None,
                 metrics: BootMetrics::default(),
@@ -274,7 +307,8 @@ async fn run(n: usize, limit: usize) {
             (i >> 8) & 0xff,
             i & 0xff
         );
-        let mut m = common::bootlab::machine(&name, &mac, "127.0.0.1/8", "workers");
+        let ip = std::net::Ipv4Addr::new(127, 1, ((i + 1) >> 8) as u8, ((i + 1) & 0xff) as u8);
+        let mut m = common::bootlab::machine(&name, &mac, &format!("{ip}/8"), "workers");
         // Only BMC details and the class: the MAC is learned.
         m.spec.boot_mac_address = None;
         machines.push(m);
@@ -282,18 +316,43 @@ async fn run(n: usize, limit: usize) {
             name,
             Arc::new(Server {
                 mac,
+                ip,
                 power: Mutex::new(PowerState::Off),
             }),
         );
     }
     let _ = rustls::crypto::ring::default_provider().install_default();
+    // TFTP as serve starts it, serving a small boot file from memory.
+    let boot_file = metalherd::tftp::MemorySource::new();
+    boot_file.insert("ipxe.efi", vec![0x5a_u8; 4000]);
+    let tftp = metalherd::tftp::bind(&metalherd::tftp::TftpConfig {
+        listen: "127.0.0.1:0".parse().unwrap(),
+        root: dir.path().to_path_buf(),
+        ..Default::default()
+    })
+    .unwrap();
+    let tftp_addr = tftp.local_addr();
+    tokio::spawn(tftp.serve(
+        Arc::new(boot_file),
+        // As serve does: a finished transfer is a boot-history step.
+        Arc::new(metalherd::tftp::BootTimeline {
+            directory: directory.clone(),
+            recorder: recorder.clone(),
+        }),
+        metalherd::tftp::TftpMetrics::default(),
+        cancel.clone(),
+    ));
     let fleet = Arc::new(Fleet {
         servers,
-        http: reqwest::Client::builder()
-            .pool_max_idle_per_host(64)
-            .build()
-            .unwrap(),
         boot_url: format!("http://{addr}"),
+        dhcp: common::sim_boot::DhcpSim::new(
+            "127.0.0.0/8",
+            &format!("http://{addr}"),
+            directory.clone(),
+            recorder.clone(),
+        ),
+        tftp: tftp_addr,
+        xid: AtomicU32::new(1),
         walks: AtomicUsize::new(0),
         ms: Default::default(),
         script_fetches: AtomicUsize::new(0),
