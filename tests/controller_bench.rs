@@ -468,7 +468,10 @@ async fn run(n: usize, limit: usize) {
         let t = track.lock().unwrap();
         (t.peak_holding, t.writes.clone())
     };
-    println!("BENCH writes by kind: {writes_by_kind:?}");
+    println!(
+        "BENCH writes by kind: {writes_by_kind:?} boot_steps_dropped={}",
+        recorder.dropped()
+    );
     let avg = |i: usize| fleet.ms[i].load(Ordering::Relaxed) / n as u64;
     println!(
         "BENCH walk mean ms: to_ignition_url={} ignition={} installed={} booted={} script_fetches={}",
