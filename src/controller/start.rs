@@ -1,6 +1,7 @@
 //! Starting the Machine controller inside `serve`: build the reconciler
 //! (BMC connector over the store, target cluster from the kubeconfig when
-//! one is configured), rebuild the boot-storm table from status, feed the
+//! one is configured), rebuild the boot-storm table from status (and let a
+//! freed slot wake its next waiter through the runner's queue), feed the
 //! runner from Machine watches and from MachineClass changes (each class
 //! change asks for the Machines that use it), and run until cancelled.
 
