@@ -4,7 +4,7 @@
 //! [`BootRecorder`], which appends boot-history steps to Machines off the
 //! hot path.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::net::Ipv4Addr;
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
@@ -252,7 +252,10 @@ fn remove_key(idx: &mut Index, key: &(String, String)) {
 
 /// Appends boot-history steps to Machines without making the caller wait:
 /// `record` never blocks (a full queue drops the step and counts it), and a
-/// background task writes them with conflict retries.
+/// background task writes them with conflict retries. The task takes every
+/// step already queued at once and writes each machine's steps in one
+/// status update, several machines at a time, so a boot storm's history
+/// keeps up with it (steps of one machine keep their order).
 #[derive(Clone)]
 pub struct BootRecorder {
     tx: mpsc::Sender<(String, String, BootEvent)>,
@@ -265,22 +268,33 @@ impl BootRecorder {
     pub fn spawn(store: Arc<dyn Store>, cancel: CancellationToken) -> BootRecorder {
         let (tx, mut rx) = mpsc::channel::<(String, String, BootEvent)>(4096);
         tokio::spawn(async move {
-            let mut batch = Vec::with_capacity(RECORD_BATCH);
+            use futures::StreamExt;
             loop {
-                let n = tokio::select! {
+                let item = tokio::select! {
                     _ = cancel.cancelled() => return,
-                    n = rx.recv_many(&mut batch, RECORD_BATCH) => n,
+                    i = rx.recv() => i,
                 };
-                if n == 0 {
-                    return;
+                let Some(first) = item else { return };
+                let mut batch: BTreeMap<(String, String), Vec<BootEvent>> = BTreeMap::new();
+                let mut next = Some(first);
+                let mut taken = 0;
+                while let Some((ns, name, ev)) = next {
+                    batch.entry((ns, name)).or_default().push(ev);
+                    taken += 1;
+                    next = if taken < RECORD_BATCH {
+                        rx.try_recv().ok()
+                    } else {
+                        None
+                    };
                 }
-                // Steps that queued up while the last write ran go out
-                // together: one store write per Machine, not per step.
-                for ((ns, name), events) in group_by_machine(batch.drain(..)) {
-                    if let Err(e) = append_boot_events(store.as_ref(), &ns, &name, events).await {
-                        tracing::warn!(machine = %format!("{ns}/{name}"), error = %e, "cannot record boot steps");
-                    }
-                }
+                let store = store.as_ref();
+                futures::stream::iter(batch)
+                    .for_each_concurrent(RECORD_CONCURRENCY, |((ns, name), evs)| async move {
+                        if let Err(e) = append_boot_events(store, &ns, &name, &evs).await {
+                            tracing::warn!(machine = %format!("{ns}/{name}"), error = %e, "cannot record boot steps");
+                        }
+                    })
+                    .await;
             }
         });
         BootRecorder {
@@ -315,28 +329,10 @@ impl BootRecorder {
     }
 }
 
-/// Most steps the recorder takes from its queue for one round of writes.
-const RECORD_BATCH: usize = 512;
-
-/// Group queued steps by Machine, keeping each Machine's steps in order and
-/// the Machines in order of their first step.
-fn group_by_machine(
-    items: impl Iterator<Item = (String, String, BootEvent)>,
-) -> Vec<((String, String), Vec<BootEvent>)> {
-    let mut out: Vec<((String, String), Vec<BootEvent>)> = Vec::new();
-    let mut at: HashMap<(String, String), usize> = HashMap::new();
-    for (ns, name, ev) in items {
-        let key = (ns, name);
-        match at.get(&key) {
-            Some(&i) => out[i].1.push(ev),
-            None => {
-                at.insert(key.clone(), out.len());
-                out.push((key, vec![ev]));
-            }
-        }
-    }
-    out
-}
+/// Steps the recorder takes off its queue at once.
+const RECORD_BATCH: usize = 1024;
+/// Machines whose steps the recorder writes at once.
+const RECORD_CONCURRENCY: usize = 16;
 
 /// Append one step to a Machine's `status.bootHistory` (keeping the last
 /// [`BOOT_HISTORY_LIMIT`]), retrying on conflicts.
@@ -346,22 +342,23 @@ pub async fn append_boot_event(
     name: &str,
     ev: BootEvent,
 ) -> Result<(), StoreError> {
-    append_boot_events(store, namespace, name, vec![ev]).await
+    append_boot_events(store, namespace, name, std::slice::from_ref(&ev)).await
 }
 
-/// Append steps, in order, to a Machine's `status.bootHistory` in one write
-/// (keeping the last [`BOOT_HISTORY_LIMIT`]), retrying on conflicts.
+/// Append steps, in order, to a Machine's `status.bootHistory` in one
+/// status update (keeping the last [`BOOT_HISTORY_LIMIT`]), retrying on
+/// conflicts.
 pub async fn append_boot_events(
     store: &dyn Store,
     namespace: &str,
     name: &str,
-    events: Vec<BootEvent>,
+    evs: &[BootEvent],
 ) -> Result<(), StoreError> {
     let mut last = None;
     for _ in 0..10 {
         let mut m: Machine = store.get_obj(namespace, name).await?;
         let st = m.status.get_or_insert_with(Default::default);
-        st.boot_history.extend(events.iter().cloned());
+        st.boot_history.extend(evs.iter().cloned());
         let n = st.boot_history.len();
         if n > BOOT_HISTORY_LIMIT {
             st.boot_history.drain(..n - BOOT_HISTORY_LIMIT);
@@ -376,95 +373,5 @@ pub async fn append_boot_events(
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::api::{BmcSpec, MachineSpec, SecretReference};
-    use crate::store::embedded::EmbeddedStore;
-
-    fn ev(step: &str) -> BootEvent {
-        BootEvent {
-            time: jiff::Timestamp::UNIX_EPOCH,
-            step: step.into(),
-            detail: String::new(),
-            bytes: None,
-            boot_id: None,
-        }
-    }
-
-    #[test]
-    fn steps_are_grouped_per_machine_in_order() {
-        let items = [("a", "1"), ("b", "2"), ("a", "3"), ("b", "4"), ("c", "5")]
-            .into_iter()
-            .map(|(m, s)| ("default".to_string(), m.to_string(), ev(s)));
-        let g = group_by_machine(items);
-        let got: Vec<(String, Vec<String>)> = g
-            .into_iter()
-            .map(|((_, n), evs)| (n, evs.into_iter().map(|e| e.step).collect()))
-            .collect();
-        assert_eq!(
-            got,
-            vec![
-                ("a".to_string(), vec!["1".to_string(), "3".to_string()]),
-                ("b".to_string(), vec!["2".to_string(), "4".to_string()]),
-                ("c".to_string(), vec!["5".to_string()]),
-            ]
-        );
-    }
-
-    #[tokio::test]
-    async fn a_burst_of_steps_keeps_the_last_ones_in_order() {
-        let dir = tempfile::tempdir().unwrap();
-        let store: Arc<dyn Store> =
-            Arc::new(EmbeddedStore::open(&dir.path().join("s.redb")).unwrap());
-        let mut m = Machine::new(
-            "m1",
-            MachineSpec {
-                bmc: BmcSpec {
-                    address: "ipmi://127.0.0.1:623".into(),
-                    credentials_secret_ref: SecretReference {
-                        name: "bmc".into(),
-                        key: None,
-                    },
-                    ..BmcSpec::default()
-                },
-                ..MachineSpec::default()
-            },
-        );
-        m.metadata.namespace = Some("default".into());
-        let created = store.create_obj(&m).await.unwrap();
-        let rv0: u64 = created.metadata.resource_version.unwrap().parse().unwrap();
-        let cancel = CancellationToken::new();
-        let rec = BootRecorder::spawn(store.clone(), cancel.clone());
-        let total = BOOT_HISTORY_LIMIT + 36;
-        for i in 0..total {
-            rec.record("default", "m1", ev(&i.to_string()));
-        }
-        assert_eq!(rec.dropped(), 0);
-        let want: Vec<String> = (total - BOOT_HISTORY_LIMIT..total)
-            .map(|i| i.to_string())
-            .collect();
-        let mut got = Vec::new();
-        let mut rv = rv0;
-        // A guard against hanging, not a performance threshold.
-        for _ in 0..500 {
-            let m: Machine = store.get_obj("default", "m1").await.unwrap();
-            rv = m.metadata.resource_version.unwrap().parse().unwrap();
-            got = m
-                .status
-                .unwrap_or_default()
-                .boot_history
-                .into_iter()
-                .map(|e| e.step)
-                .collect();
-            if got.last() == want.last() {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-        assert_eq!(got, want);
-        // The steps were queued before the writer ran (this runtime has one
-        // thread), so they went out as one write, not one per step.
-        assert_eq!(rv, rv0 + 1);
-        cancel.cancel();
-    }
-}
+#[path = "directory_tests.rs"]
+mod tests;

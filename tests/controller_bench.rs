@@ -15,12 +15,12 @@ mod common;
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
-use metalherd::api::{Inventory, Machine, MachinePhase, NicInfo, PowerState};
+use metalherd::api::{Inventory, Machine, NicInfo, PowerState};
 use metalherd::bmc::{Bmc, BmcConnector, BmcError, BootDevice, FirmwareMode, PowerAction};
 use metalherd::cluster::DrainOptions;
 use metalherd::controller::feed::{feed, own_key};
@@ -37,14 +37,24 @@ use tokio_util::sync::CancellationToken;
 /// One simulated server: its power state and whether it has booted.
 struct Server {
     mac: String,
+    /// Its reserved address (a loopback address of its own, so the boot
+    /// path's per-machine address checks hold).
+    ip: std::net::Ipv4Addr,
     power: Mutex<PowerState>,
 }
 
 struct Fleet {
     servers: HashMap<String, Arc<Server>>,
-    http: reqwest::Client,
     boot_url: String,
+    dhcp: common::sim_boot::DhcpSim,
+    tftp: SocketAddr,
+    xid: AtomicU32,
     walks: AtomicUsize,
+    /// Milliseconds spent, over all walks: power-on through DHCP, TFTP
+    /// and iPXE's DHCP to a script naming the Ignition URL, then each later
+    /// step; and script fetches.
+    ms: [AtomicU64; 4],
+    script_fetches: AtomicUsize,
 }
 
 struct SimBmc {
@@ -118,10 +128,43 @@ async fn until_ok(c: &reqwest::Client, post: bool, url: &str) -> String {
 /// Network boot, install, reboot, call home.
 async fn walk(fleet: Arc<Fleet>, s: Arc<Server>) {
     fleet.walks.fetch_add(1, Ordering::Relaxed);
-    let c = &fleet.http;
+    // The server's own source address, as the boot path checks it.
+    let client = reqwest::Client::builder()
+        .local_address(std::net::IpAddr::V4(s.ip))
+        .pool_max_idle_per_host(1)
+        .build()
+        .unwrap();
+    let c = &client;
     let hy = s.mac.replace(':', "-");
     let base = &fleet.boot_url;
+    let mut t = Instant::now();
+    let mut lap = |i: usize| {
+        let ms = u64::try_from(t.elapsed().as_millis()).unwrap_or(u64::MAX);
+        fleet.ms[i].fetch_add(ms, Ordering::Relaxed);
+        t = Instant::now();
+    };
+    // Firmware DHCP, TFTP of the boot file it names, iPXE's DHCP. Retried
+    // like firmware does until the boot directory knows the machine's boot.
+    let mac: [u8; 6] = metalherd::api::validate::parse_mac(&s.mac).unwrap();
+    let mut tries = 0;
+    let file = loop {
+        let xid = fleet.xid.fetch_add(1, Ordering::Relaxed);
+        match fleet.dhcp.exchange(mac, xid, false) {
+            Ok(a) => break a.file,
+            Err(e) => {
+                tries += 1;
+                assert!(tries < 600, "{}: DHCP: {e}", s.mac);
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    };
+    common::sim_boot::tftp_get(s.ip, fleet.tftp, &file)
+        .await
+        .unwrap();
+    let xid = fleet.xid.fetch_add(1, Ordering::Relaxed);
+    fleet.dhcp.exchange(mac, xid, true).unwrap();
     let ign = loop {
+        fleet.script_fetches.fetch_add(1, Ordering::Relaxed);
         let script = until_ok(c, false, &format!("{base}/boot.ipxe?mac={hy}&arch=x86_64")).await;
         if let Some(u) = script
             .split_whitespace()
@@ -131,11 +174,73 @@ async fn walk(fleet: Arc<Fleet>, s: Arc<Server>) {
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     };
+    lap(0);
     let token = ign.split("token=").nth(1).unwrap_or_default().to_string();
     until_ok(c, false, &ign).await;
+    lap(1);
     let home = |w: &str| format!("{base}/callhome/{w}?mac={hy}&token={token}");
     until_ok(c, true, &home("installed")).await;
+    lap(2);
     until_ok(c, true, &home("booted")).await;
+    lap(3);
+}
+
+/// What the watches have seen.
+#[derive(Default)]
+struct Tracker {
+    phases: HashMap<String, String>,
+    holding: std::collections::HashSet<String>,
+    peak_holding: usize,
+    errors: Vec<(String, String)>,
+    writes: HashMap<&'static str, u64>,
+}
+
+impl Tracker {
+    fn saw(&mut self, o: &serde_json::Value) {
+        let name = o["metadata"]["name"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
+        let phase = o.pointer("/status/phase").and_then(|v| v.as_str());
+        if phase == Some("Error") {
+            let e = &o["status"]["lastError"];
+            self.errors
+                .push((name.clone(), format!("{}: {}", e["reason"], e["message"])));
+        }
+        if let Some(p) = phase {
+            self.phases.insert(name.clone(), p.to_string());
+        }
+        let boot = o.pointer("/status/boot");
+        let open = boot.is_some_and(|b| {
+            b.is_object() && b.get("completedAt").is_none_or(serde_json::Value::is_null)
+        });
+        if open {
+            self.holding.insert(name);
+            self.peak_holding = self.peak_holding.max(self.holding.len());
+        } else {
+            self.holding.remove(&name);
+        }
+    }
+}
+
+/// The top-level status/metadata fields that differ (for tracing writes).
+fn diff(a: &serde_json::Value, b: &serde_json::Value) -> String {
+    let mut out = vec![];
+    for part in ["metadata", "spec", "status"] {
+        let (x, y) = (&a[part], &b[part]);
+        if let Some(yo) = y.as_object() {
+            for (k, v) in yo {
+                if k == "resourceVersion" || k == "managedFields" {
+                    continue;
+                }
+                if x.get(k) != Some(v) {
+                    out.push(format!("{part}.{k}"));
+                }
+            }
+        }
+    }
+    let phase = b.pointer("/status/phase").cloned().unwrap_or_default();
+    format!("{phase} {}", out.join(","))
 }
 
 fn peak_rss_kib() -> u64 {
@@ -167,6 +272,7 @@ async fn run(n: usize, limit: usize) {
     .settings(&dir.path().join("data"))
     .unwrap();
     let directory = Directory::new();
+    let recorder = BootRecorder::spawn(store.clone(), cancel.clone());
     tokio::spawn(directory.clone().run(store.clone(), cancel.clone()));
     let state = Arc::new(
         BootState::new(
@@ -174,7 +280,7 @@ async fn run(n: usize, limit: usize) {
             BootDeps {
                 store: store.clone(),
                 directory: directory.clone(),
-                recorder: BootRecorder::spawn(store.clone(), cancel.clone()),
+                recorder: recorder.clone(),
                 ignition: Arc::new(boot::ignition::MinimalIgnition),
                 leases: None,
                 metrics: BootMetrics::default(),
@@ -201,7 +307,8 @@ async fn run(n: usize, limit: usize) {
             (i >> 8) & 0xff,
             i & 0xff
         );
-        let mut m = common::bootlab::machine(&name, &mac, "127.0.0.1/8", "workers");
+        let ip = std::net::Ipv4Addr::new(127, 1, ((i + 1) >> 8) as u8, ((i + 1) & 0xff) as u8);
+        let mut m = common::bootlab::machine(&name, &mac, &format!("{ip}/8"), "workers");
         // Only BMC details and the class: the MAC is learned.
         m.spec.boot_mac_address = None;
         machines.push(m);
@@ -209,31 +316,60 @@ async fn run(n: usize, limit: usize) {
             name,
             Arc::new(Server {
                 mac,
+                ip,
                 power: Mutex::new(PowerState::Off),
             }),
         );
     }
     let _ = rustls::crypto::ring::default_provider().install_default();
+    // TFTP as serve starts it, serving a small boot file from memory.
+    let boot_file = metalherd::tftp::MemorySource::new();
+    boot_file.insert("ipxe.efi", vec![0x5a_u8; 4000]);
+    let tftp = metalherd::tftp::bind(&metalherd::tftp::TftpConfig {
+        listen: "127.0.0.1:0".parse().unwrap(),
+        root: dir.path().to_path_buf(),
+        ..Default::default()
+    })
+    .unwrap();
+    let tftp_addr = tftp.local_addr();
+    tokio::spawn(tftp.serve(
+        Arc::new(boot_file),
+        // As serve does: a finished transfer is a boot-history step.
+        Arc::new(metalherd::tftp::BootTimeline {
+            directory: directory.clone(),
+            recorder: recorder.clone(),
+        }),
+        metalherd::tftp::TftpMetrics::default(),
+        cancel.clone(),
+    ));
     let fleet = Arc::new(Fleet {
         servers,
-        http: reqwest::Client::builder()
-            .pool_max_idle_per_host(64)
-            .build()
-            .unwrap(),
         boot_url: format!("http://{addr}"),
+        dhcp: common::sim_boot::DhcpSim::new(
+            "127.0.0.0/8",
+            &format!("http://{addr}"),
+            directory.clone(),
+            recorder.clone(),
+        ),
+        tftp: tftp_addr,
+        xid: AtomicU32::new(1),
         walks: AtomicUsize::new(0),
+        ms: Default::default(),
+        script_fetches: AtomicUsize::new(0),
     });
+    // Waiting for a boot slot keeps the default (slow) safety-net look:
+    // freed slots wake their waiters.
     let limits = Limits {
         poll: Duration::from_secs(1),
         bmc_retry: Duration::from_secs(1),
-        slot_wait: Duration::from_secs(1),
         ..Limits::default()
     };
+    let slots = BootSlots::new(limit);
     let reconciler = MachineReconciler {
         store: store.clone(),
         connector: Arc::new(Connector(fleet.clone())),
         cluster: None,
-        slots: BootSlots::new(limit),
+        slots: slots.clone(),
         limits,
         drain: DrainOptions::default(),
         releaser: None,
@@ -249,6 +385,38 @@ async fn run(n: usize, limit: usize) {
     )
     .with_metrics(metrics.clone());
     let queue = runner.handle();
+    slots.set_waker(queue.clone());
+
+    // Follow the run from watches opened before anything runs (cheap, and
+    // exact: every committed state is seen, in order): phases, open boots
+    // (their peak), machines in Error with their lastError, and the
+    // store's writes by kind (for one machine, what each write changed).
+    let track = Arc::new(Mutex::new(Tracker::default()));
+    for kind in [metalherd::api::Kind::Machine, metalherd::api::Kind::Event] {
+        let mut w = store
+            .watch(kind, &ListOptions::default(), None)
+            .await
+            .unwrap();
+        let track = track.clone();
+        let trace = std::env::var("METALHERD_BENCH_TRACE").ok();
+        tokio::spawn(async move {
+            use futures::StreamExt;
+            let mut last = serde_json::Value::Null;
+            while let Some(Ok(ev)) = w.next().await {
+                let o = ev.object();
+                let mut t = track.lock().unwrap();
+                *t.writes.entry(kind.as_str()).or_default() += 1;
+                if kind != metalherd::api::Kind::Machine {
+                    continue;
+                }
+                t.saw(o);
+                if trace.as_deref() == o.pointer("/metadata/name").and_then(|v| v.as_str()) {
+                    println!("TRACE {} {}", ev.type_str(), diff(&last, o));
+                    last = o.clone();
+                }
+            }
+        });
+    }
 
     let t0 = Instant::now();
     for m in &machines {
@@ -265,53 +433,68 @@ async fn run(n: usize, limit: usize) {
         cancel.clone(),
     ));
     tokio::spawn(runner.run(cancel.clone()));
-    let deadline = Duration::from_secs(3600);
-    let mut peak_booting = 0usize;
+    let deadline = Duration::from_secs(
+        std::env::var("METALHERD_BENCH_DEADLINE_S")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(1800),
+    );
     loop {
-        tokio::time::sleep(Duration::from_secs(2)).await;
-        let all: Vec<Machine> = store.list_obj(&ListOptions::default()).await.unwrap();
-        let phase = |p| {
-            all.iter()
-                .filter(|m| m.status.as_ref().and_then(|s| s.phase) == Some(p))
-                .count()
-        };
-        let booting = all
-            .iter()
-            .filter(|m| {
-                m.status
-                    .as_ref()
-                    .is_some_and(metalherd::controller::machine::plan::holds_boot_slot)
-            })
-            .count();
-        peak_booting = peak_booting.max(booting);
-        let ready = phase(MachinePhase::Ready);
-        if ready == n || t0.elapsed() > deadline {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let t = track.lock().unwrap();
+        assert!(
+            t.errors.is_empty(),
+            "machines went to Error: {:?}",
+            t.errors
+        );
+        let ready = t.phases.values().filter(|p| *p == "Ready").count();
+        if ready == n {
             break;
         }
-        let failed: Vec<_> = all
-            .iter()
-            .filter(|m| m.status.as_ref().and_then(|s| s.phase) == Some(MachinePhase::Error))
-            .map(|m| {
-                let e = m.status.as_ref().and_then(|s| s.last_error.as_ref());
-                (
-                    m.metadata.name.clone(),
-                    e.map(|e| format!("{}: {}", e.reason, e.message)),
-                )
-            })
-            .collect();
-        assert!(failed.is_empty(), "machines went to Error: {failed:?}");
+        assert!(
+            t0.elapsed() < deadline,
+            "deadline: {ready} of {n} Ready after {:?}",
+            t0.elapsed()
+        );
     }
     let wall = t0.elapsed();
     cancel.cancel();
+    let writes = store
+        .list(metalherd::api::Kind::Machine, &ListOptions::default())
+        .await
+        .unwrap()
+        .resource_version;
+    let (peak_booting, writes_by_kind) = {
+        let t = track.lock().unwrap();
+        (t.peak_holding, t.writes.clone())
+    };
+    println!(
+        "BENCH writes by kind: {writes_by_kind:?} boot_steps_dropped={}",
+        recorder.dropped()
+    );
+    let avg = |i: usize| fleet.ms[i].load(Ordering::Relaxed) / n as u64;
+    println!(
+        "BENCH walk mean ms: to_ignition_url={} ignition={} installed={} booted={} script_fetches={}",
+        avg(0),
+        avg(1),
+        avg(2),
+        avg(3),
+        fleet.script_fetches.load(Ordering::Relaxed)
+    );
+    let file_mib = std::fs::metadata(dir.path().join("s.redb"))
+        .map(|m| m.len() / (1 << 20))
+        .unwrap_or(0);
     let reconciles = metrics.count("machine", "ok") + metrics.count("machine", "error");
     println!(
         "BENCH machines={n} limit={limit} declare={:.1}s wall_to_all_ready={:.1}s reconciles={reconciles} \
-         reconciles_per_s={:.0} walks={} peak_open_boots={peak_booting} peak_rss_mib={}",
+         reconciles_per_s={:.0} walks={} peak_open_boots={peak_booting} peak_rss_mib={} \
+         store_writes={writes} writes_per_machine={:.1} store_file_mib={file_mib}",
         declared.as_secs_f64(),
         wall.as_secs_f64(),
         reconciles as f64 / wall.as_secs_f64(),
         fleet.walks.load(Ordering::Relaxed),
-        peak_rss_kib() / 1024
+        peak_rss_kib() / 1024,
+        writes as f64 / n as f64,
     );
     assert!(
         peak_booting <= limit.max(1),

@@ -128,7 +128,8 @@ impl ControllerConfig {
             max_boot_attempts: self.max_boot_attempts,
             poll: secs(self.poll_seconds),
             bmc_retry: secs(self.bmc_retry_seconds),
-            slot_wait: secs(self.poll_seconds).min(Limits::default().slot_wait),
+            // Freed slots wake their waiters; this is only the safety net.
+            slot_wait: Limits::default().slot_wait.min(secs(self.resync_seconds)),
         };
         Ok(ControllerSettings {
             runner: RunnerConfig {

@@ -1,6 +1,7 @@
 //! Starting the Machine controller inside `serve`: build the reconciler
 //! (BMC connector over the store, target cluster from the kubeconfig when
-//! one is configured), rebuild the boot-storm table from status, feed the
+//! one is configured), rebuild the boot-storm table from status (and let a
+//! freed slot wake its next waiter through the runner's queue), feed the
 //! runner from Machine watches and from MachineClass changes (each class
 //! change asks for the Machines that use it), and run until cancelled.
 
@@ -49,11 +50,12 @@ pub async fn start_machine_controller(
     };
     let connector: Arc<dyn BmcConnector> =
         Arc::new(StoreConnector::new(store.clone(), settings.bmc_timing));
+    let slots = BootSlots::new(settings.boot_storm_limit);
     let reconciler = MachineReconciler {
         store: store.clone(),
         connector,
         cluster,
-        slots: BootSlots::new(settings.boot_storm_limit),
+        slots: slots.clone(),
         limits: settings.limits,
         drain: settings.drain,
         releaser,
@@ -66,6 +68,8 @@ pub async fn start_machine_controller(
     );
     let runner = Runner::new(Arc::new(reconciler), settings.runner).with_metrics(metrics);
     let queue = runner.handle();
+    // A freed boot slot asks for its next waiter's reconcile at once.
+    slots.set_waker(queue.clone());
     tasks.spawn(feed(
         store.clone(),
         Kind::Machine,

@@ -1,6 +1,8 @@
 //! The embedded store: one crash-safe, transactional redb file in the data
-//! directory. Every write is one redb transaction that updates the object
-//! and appends the change to a log keyed by resourceVersion; watches replay
+//! directory. Every write updates the object and appends the change to a
+//! log keyed by resourceVersion in one redb transaction (writes arriving
+//! together share a transaction and its fsync: [`super::writer`]); watches
+//! replay
 //! that log from the version they ask for and then follow live changes, so
 //! a watcher that reconnects misses nothing and sees nothing twice.
 //!
@@ -8,7 +10,7 @@
 //! [`super::semantics`]; this file only moves them in and out of redb.
 
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use async_trait::async_trait;
 use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
@@ -16,35 +18,39 @@ use serde_json::Value;
 use tokio::sync::{broadcast, mpsc};
 
 use super::semantics::{self, Change};
+use super::writer::Writer;
 use super::{Deleted, ListOptions, ObjectList, Store, StoreError, WatchEvent, WatchStream};
 use crate::api::Kind;
 
 /// `kind \0 namespace \0 name` -> object JSON.
-const OBJECTS: TableDefinition<&str, &[u8]> = TableDefinition::new("objects");
+pub(super) const OBJECTS: TableDefinition<&str, &[u8]> = TableDefinition::new("objects");
 /// resourceVersion -> change record JSON (`{"k":kind,"t":type,"o":object}`).
-const LOG: TableDefinition<u64, &[u8]> = TableDefinition::new("log");
+pub(super) const LOG: TableDefinition<u64, &[u8]> = TableDefinition::new("log");
 /// Counters: `rv` (last resourceVersion).
-const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
+pub(super) const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
 
-/// How many changes the log keeps for watch resumption.
-const LOG_KEEP: u64 = 200_000;
+/// How many changes the log keeps for watch resumption. Each record holds
+/// the whole object, so this bounds the file (a watcher further behind
+/// gets `Gone` and lists again, as with Kubernetes' compaction).
+const LOG_KEEP: u64 = 50_000;
+/// redb's page cache (its default is 1 GiB, which a busy store fills with
+/// log pages nobody reads again).
+const CACHE_BYTES: usize = 64 << 20;
 /// Prune the log every this many writes.
 const PRUNE_EVERY: u64 = 1_000;
 
 /// A change as broadcast to live watchers.
 #[derive(Clone, Debug)]
-struct Broadcast {
-    kind: Kind,
-    rv: u64,
-    event: WatchEvent,
+pub(super) struct Broadcast {
+    pub(super) kind: Kind,
+    pub(super) rv: u64,
+    pub(super) event: WatchEvent,
 }
 
-struct Inner {
-    db: Database,
-    /// Serialises write transactions with their broadcast so live watchers
-    /// see changes in resourceVersion order.
-    write_lock: Mutex<()>,
-    tx: broadcast::Sender<Broadcast>,
+pub(super) struct Inner {
+    pub(super) db: Database,
+    /// Live changes, sent by the writer thread in resourceVersion order.
+    pub(super) tx: broadcast::Sender<Broadcast>,
     path: PathBuf,
 }
 
@@ -52,9 +58,10 @@ struct Inner {
 #[derive(Clone)]
 pub struct EmbeddedStore {
     inner: Arc<Inner>,
+    writer: Arc<Writer>,
 }
 
-fn backend<E: std::fmt::Display>(e: E) -> StoreError {
+pub(super) fn backend<E: std::fmt::Display>(e: E) -> StoreError {
     StoreError::Backend(e.to_string())
 }
 
@@ -73,9 +80,12 @@ impl EmbeddedStore {
     /// Open (or create) the store file. Fails with a clear error when the
     /// file cannot be created or is locked by another process.
     pub fn open(path: &Path) -> Result<EmbeddedStore, StoreError> {
-        let db = Database::create(path).map_err(|e| {
-            StoreError::Backend(format!("cannot open store {}: {e}", path.display()))
-        })?;
+        let db = Database::builder()
+            .set_cache_size(CACHE_BYTES)
+            .create(path)
+            .map_err(|e| {
+                StoreError::Backend(format!("cannot open store {}: {e}", path.display()))
+            })?;
         // Make sure the tables exist so readers never see "no such table".
         let w = db.begin_write().map_err(backend)?;
         {
@@ -85,14 +95,13 @@ impl EmbeddedStore {
         }
         w.commit().map_err(backend)?;
         let (tx, _) = broadcast::channel(4096);
-        Ok(EmbeddedStore {
-            inner: Arc::new(Inner {
-                db,
-                write_lock: Mutex::new(()),
-                tx,
-                path: path.to_path_buf(),
-            }),
-        })
+        let inner = Arc::new(Inner {
+            db,
+            tx,
+            path: path.to_path_buf(),
+        });
+        let writer = Arc::new(Writer::spawn(inner.clone())?);
+        Ok(EmbeddedStore { inner, writer })
     }
 
     pub fn path(&self) -> &Path {
@@ -110,8 +119,9 @@ impl EmbeddedStore {
             .map_err(|e| StoreError::Backend(format!("store task failed: {e}")))?
     }
 
-    /// Apply one write: read the current object, let `semantics` decide the
-    /// change, commit it with its log record, then broadcast it.
+    /// Apply one write: the writer reads the current object, lets
+    /// `semantics` decide the change, commits it with its log record, then
+    /// broadcasts it.
     async fn write(
         &self,
         kind: Kind,
@@ -119,70 +129,8 @@ impl EmbeddedStore {
         name: String,
         decide: impl FnOnce(Option<Value>, u64) -> Result<Change, StoreError> + Send + 'static,
     ) -> Result<Value, StoreError> {
-        self.blocking(move |inner| {
-            let _guard = inner
-                .write_lock
-                .lock()
-                .map_err(|_| StoreError::Backend("store write lock poisoned".into()))?;
-            let key = obj_key(kind, &ns, &name);
-            let w = inner.db.begin_write().map_err(backend)?;
-            let (result, broadcast) = {
-                let mut objects = w.open_table(OBJECTS).map_err(backend)?;
-                let mut log = w.open_table(LOG).map_err(backend)?;
-                let mut meta = w.open_table(META).map_err(backend)?;
-                let current: Option<Value> = match objects.get(key.as_str()).map_err(backend)? {
-                    Some(g) => Some(serde_json::from_slice(g.value()).map_err(backend)?),
-                    None => None,
-                };
-                let last_rv = meta
-                    .get("rv")
-                    .map_err(backend)?
-                    .map(|g| g.value())
-                    .unwrap_or(0);
-                let next_rv = last_rv + 1;
-                match decide(current, next_rv)? {
-                    Change::Unchanged(v) => return Ok(v),
-                    Change::Put { object, event } => {
-                        let bytes = serde_json::to_vec(&object).map_err(backend)?;
-                        objects
-                            .insert(key.as_str(), bytes.as_slice())
-                            .map_err(backend)?;
-                        let ev = event.into_event(object.clone());
-                        append_log(&mut log, kind, next_rv, &ev)?;
-                        meta.insert("rv", next_rv).map_err(backend)?;
-                        prune(&mut log, next_rv)?;
-                        (
-                            object,
-                            Broadcast {
-                                kind,
-                                rv: next_rv,
-                                event: ev,
-                            },
-                        )
-                    }
-                    Change::Remove { last } => {
-                        objects.remove(key.as_str()).map_err(backend)?;
-                        let ev = WatchEvent::Deleted(last.clone());
-                        append_log(&mut log, kind, next_rv, &ev)?;
-                        meta.insert("rv", next_rv).map_err(backend)?;
-                        prune(&mut log, next_rv)?;
-                        (
-                            last,
-                            Broadcast {
-                                kind,
-                                rv: next_rv,
-                                event: ev,
-                            },
-                        )
-                    }
-                }
-            };
-            w.commit().map_err(backend)?;
-            // No receivers is fine: nobody is watching.
-            let _ = inner.tx.send(broadcast);
-            Ok(result)
-        })
-        .await
+        let key = obj_key(kind, &ns, &name);
+        self.writer.submit(kind, key, Box::new(decide)).await
     }
 
     /// Log records after `from` (exclusive), in order, for one kind.
@@ -231,7 +179,7 @@ impl EmbeddedStore {
     }
 }
 
-fn append_log(
+pub(super) fn append_log(
     log: &mut redb::Table<u64, &[u8]>,
     kind: Kind,
     rv: u64,
@@ -243,8 +191,14 @@ fn append_log(
     Ok(())
 }
 
-fn prune(log: &mut redb::Table<u64, &[u8]>, rv: u64) -> Result<(), StoreError> {
-    if rv.is_multiple_of(PRUNE_EVERY) && rv > LOG_KEEP {
+/// Trim the log once per `PRUNE_EVERY` writes (when a commit that took the
+/// version from `from` to `rv` crossed a multiple of it).
+pub(super) fn prune(
+    log: &mut redb::Table<u64, &[u8]>,
+    from: u64,
+    rv: u64,
+) -> Result<(), StoreError> {
+    if rv / PRUNE_EVERY != from / PRUNE_EVERY && rv > LOG_KEEP {
         let cut = rv - LOG_KEEP;
         log.retain_in(..cut, |_, _| false).map_err(backend)?;
     }

@@ -12,6 +12,7 @@ pub mod events;
 pub mod selector;
 pub mod semantics;
 pub mod typed;
+mod writer;
 
 use std::pin::Pin;
 

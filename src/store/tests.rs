@@ -322,3 +322,7 @@ async fn watch_reopens_after_restart_and_misses_nothing() {
     assert_eq!(ev.object()["metadata"]["name"], "m2");
     assert!(matches!(ev, WatchEvent::Added(_)));
 }
+
+#[cfg(test)]
+#[path = "writer_tests.rs"]
+mod writer_tests;

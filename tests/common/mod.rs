@@ -19,6 +19,7 @@ pub mod qemu;
 pub mod rack;
 pub mod redfish_server;
 pub mod server;
+pub mod sim_boot;
 pub mod sushy;
 pub mod tftp;
 

@@ -134,7 +134,7 @@ impl Planner<'_> {
                 "BootStormLimit",
                 "the boot-storm limit is reached; waiting for a free boot slot".into(),
             );
-            return BootState::Pending(wait(self.o.limits.slot_wait, "boot slot"));
+            return BootState::Pending(wait(self.o.limits.slot_wait, super::plan::BOOT_SLOT));
         }
         self.clear_waiting();
         self.push(Step::MintBoot {

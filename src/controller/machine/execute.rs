@@ -85,6 +85,8 @@ pub struct Executor<'a> {
 struct Work {
     m: Machine,
     dirty: bool,
+    /// A boot was to be minted but the slot went to someone else.
+    slot_denied: bool,
     /// Phase as last written (for transition events).
     written_phase: Option<MachinePhase>,
 }
@@ -117,6 +119,7 @@ impl Executor<'_> {
         let mut w = Work {
             m: machine,
             dirty: false,
+            slot_denied: false,
             written_phase: phase,
         };
         let mut result = Ok(Outcome::Done(plan.requeue_after()));
@@ -131,7 +134,8 @@ impl Executor<'_> {
         {
             result = self.stopped(stop);
         }
-        self.settle_slot(&w.m, &result);
+        let wants_slot = w.slot_denied || plan.waits_for_boot_slot();
+        self.settle_slot(&w.m, &result, wants_slot);
         result
     }
 
@@ -144,8 +148,11 @@ impl Executor<'_> {
         }
     }
 
-    /// Hold a boot-storm slot exactly while the machine has an open boot.
-    fn settle_slot(&self, m: &Machine, result: &Result<Outcome, StoreError>) {
+    /// Hold a boot-storm slot exactly while the machine has an open boot;
+    /// keep its place among the waiters while it wants one; otherwise leave
+    /// both (which passes a freed slot or a reservation on to the next
+    /// waiter).
+    fn settle_slot(&self, m: &Machine, result: &Result<Outcome, StoreError>, wants_slot: bool) {
         if matches!(result, Ok(Outcome::Gone)) {
             self.slots.release(self.key);
             return;
@@ -153,6 +160,8 @@ impl Executor<'_> {
         let holds = m.status.as_ref().is_some_and(super::plan::holds_boot_slot);
         if holds {
             self.slots.restore(self.key.clone());
+        } else if wants_slot {
+            self.slots.wait(self.key);
         } else {
             self.slots.release(self.key);
         }
@@ -182,6 +191,7 @@ impl Executor<'_> {
             // The slot is taken before the boot exists; a race lost to
             // another machine leaves this one waiting.
             if !self.slots.acquire(self.key) {
+                w.slot_denied = true;
                 return Err(Stop::After(self.poll));
             }
             st.boot = Some(mint(*purpose, revision.clone(), self.now));

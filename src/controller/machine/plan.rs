@@ -162,7 +162,8 @@ pub struct Limits {
     pub poll: Duration,
     /// How long to wait before asking an unreachable BMC again.
     pub bmc_retry: Duration,
-    /// How long to wait for a boot-storm slot before looking again.
+    /// How long to wait for a boot-storm slot before looking again even
+    /// though no freed slot woke the machine (a safety net).
     pub slot_wait: Duration,
     /// Periodic look at a settled machine.
     pub resync: Duration,
@@ -180,7 +181,8 @@ impl Default for Limits {
             join_deadline: Duration::from_secs(20 * 60),
             poll: Duration::from_secs(15),
             bmc_retry: Duration::from_secs(30),
-            slot_wait: Duration::from_secs(10),
+            // A safety net only: a freed slot wakes its next waiter.
+            slot_wait: Duration::from_secs(60),
             resync: Duration::from_secs(300),
             retry_base: Duration::from_secs(30),
             retry_cap: Duration::from_secs(3600),
@@ -276,6 +278,11 @@ pub enum Step {
     },
 }
 
+/// What a plan that waits for a boot-storm slot says it awaits
+/// (`WaitFor { what: BOOT_SLOT, .. }`): the executor then keeps the
+/// machine's place among the slot's waiters.
+pub const BOOT_SLOT: &str = "boot slot";
+
 /// How a step is carried out.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum StepKind {
@@ -352,6 +359,14 @@ impl Plan {
             Step::WaitFor { after, .. } | Step::Requeue { after } => Some(*after),
             _ => None,
         })
+    }
+
+    /// Whether the plan ends waiting for a boot-storm slot.
+    pub fn waits_for_boot_slot(&self) -> bool {
+        matches!(
+            self.steps.last(),
+            Some(Step::WaitFor { what, .. }) if *what == BOOT_SLOT
+        )
     }
 
     pub fn effects(&self) -> impl Iterator<Item = &Step> {

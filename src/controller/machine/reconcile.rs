@@ -30,6 +30,9 @@ pub struct MachineReconciler {
     pub connector: Arc<dyn BmcConnector>,
     /// The target cluster, when a kubeconfig is configured.
     pub cluster: Option<Arc<dyn TargetCluster>>,
+    /// Boot-storm slots; give them the runner's queue with
+    /// [`BootSlots::set_waker`] so a freed slot wakes its next waiter
+    /// (without it waiters only find a slot on their `slot_wait` look).
     pub slots: BootSlots<ObjectKey>,
     pub limits: Limits,
     pub drain: DrainOptions,

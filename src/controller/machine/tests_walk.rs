@@ -41,6 +41,7 @@ struct World {
     /// Drop the rest of a plan at this effect: (index, after it ran).
     crash: Option<(usize, bool)>,
     slots: BootSlots<String>,
+    limits: Limits,
 }
 
 fn class_view(rev: &str, kubelet: &str) -> ClassView {
@@ -76,6 +77,7 @@ impl World {
             effects: 0,
             crash: None,
             slots,
+            limits: Limits::default(),
         }
     }
 
@@ -105,7 +107,7 @@ impl World {
                 (None, true) => NodeObserved::Absent,
             },
             boot_slot: self.slots.would_admit(&self.name()),
-            limits: Limits::default(),
+            limits: self.limits,
         }
     }
 
@@ -257,7 +259,12 @@ impl World {
                 StepKind::Schedule => {}
             }
         }
-        if !holds_boot_slot(&self.status()) {
+        // As the executor settles it: hold, keep a place among the
+        // waiters, or leave both.
+        if holds_boot_slot(&self.status()) {
+        } else if plan.waits_for_boot_slot() {
+            self.slots.wait(&self.name());
+        } else {
             self.slots.release(&self.name());
         }
         plan
@@ -443,5 +450,72 @@ fn the_boot_storm_limit_lets_one_install_run_at_a_time() {
     assert!(
         saw_waiting,
         "some machine waited in Provisioning with a condition"
+    );
+}
+
+/// Machines waiting for a slot do not look again on their own (the safety
+/// net is set to a day here): each looks once, waits, and is woken by the
+/// slot its predecessor frees, in the order they began to wait.
+#[test]
+fn a_freed_slot_wakes_the_next_waiter_in_order_and_waiters_do_not_poll() {
+    use crate::controller::runner::QueueHandle;
+    let slots = BootSlots::new(1);
+    let (waker, mut woken) = QueueHandle::channel();
+    slots.set_waker(waker);
+    let names = ["m1", "m2", "m3", "m4"];
+    let mut ws: Vec<World> = names
+        .iter()
+        .map(|n| {
+            let mut w = World::new(n, slots.clone());
+            w.cluster = false;
+            w.limits.slot_wait = Duration::from_secs(86_400);
+            w
+        })
+        .collect();
+    let mut due = [0i64; 4];
+    let mut clock = 0i64;
+    let mut waits = [0u32; 4];
+    let mut wait_order = vec![];
+    let mut mint_order = vec![];
+    for _ in 0..STEP_LIMIT {
+        if ws.iter().all(|w| w.phase() == Some(MachinePhase::Ready)) {
+            break;
+        }
+        let (i, t) = due
+            .iter()
+            .copied()
+            .enumerate()
+            .min_by_key(|(_, t)| *t)
+            .unwrap();
+        clock = clock.max(t);
+        ws[i].now = clock;
+        let minted = ws[i].minted;
+        let plan = ws[i].reconcile();
+        if plan.waits_for_boot_slot() {
+            waits[i] += 1;
+            wait_order.push(i);
+        }
+        if ws[i].minted > minted {
+            mint_order.push(i);
+        }
+        let after = plan.requeue_after().unwrap_or_default().as_secs();
+        due[i] = clock + i64::try_from(after).unwrap().max(1);
+        while let Ok(k) = woken.try_recv() {
+            let j = names.iter().position(|n| *n == k).unwrap();
+            due[j] = due[j].min(clock);
+        }
+        let open = ws.iter().filter(|w| holds_boot_slot(&w.status())).count();
+        assert!(open <= 1, "{open} installs at once with a limit of 1");
+    }
+    assert!(
+        ws.iter().all(|w| w.phase() == Some(MachinePhase::Ready)),
+        "all converge on wakes alone"
+    );
+    assert_eq!(waits, [0, 1, 1, 1], "one look to start waiting, then woken");
+    assert_eq!(mint_order[0], 0);
+    assert_eq!(
+        &mint_order[1..],
+        wait_order.as_slice(),
+        "slots in waiting order"
     );
 }
