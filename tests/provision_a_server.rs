@@ -7,9 +7,7 @@
 
 mod common;
 
-use std::time::Duration;
-
-use common::lab::{Lab, boot_steps, mac};
+use common::lab::{boot_steps, mac};
 
 /// The steps a provisioning boot must show, in this order.
 pub const INSTALL_STEPS: [&str; 8] = [
@@ -35,13 +33,7 @@ pub fn assert_steps_in_order(steps: &[String], want: &[&str]) {
 
 #[test]
 fn provision_a_server() {
-    let _l = common::lab::LAB_LOCK
-        .lock()
-        .unwrap_or_else(|e| e.into_inner());
-    let lab = Lab::up(1);
-    lab.declare(&[]);
-    let mut seen = Vec::new();
-    lab.wait_phase("vm1", "Ready", Duration::from_secs(900), &mut seen);
+    let (_lock, lab, seen) = common::lab::one_ready_vm();
     for p in ["Provisioning", "Provisioned", "Ready"] {
         assert!(
             seen.iter().any(|s| s == p),

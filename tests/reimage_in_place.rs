@@ -7,17 +7,11 @@ mod common;
 
 use std::time::Duration;
 
-use common::lab::{Lab, boot_steps};
+use common::lab::boot_steps;
 
 #[test]
 fn reimage_in_place() {
-    let _l = common::lab::LAB_LOCK
-        .lock()
-        .unwrap_or_else(|e| e.into_inner());
-    let lab = Lab::up(1);
-    lab.declare(&[]);
-    let mut seen = Vec::new();
-    lab.wait_phase("vm1", "Ready", Duration::from_secs(900), &mut seen);
+    let (_lock, lab, _) = common::lab::one_ready_vm();
     let before = lab.machine("vm1").unwrap();
     let rev1 = before["status"]["provisionedRevision"]
         .as_str()

@@ -7,18 +7,11 @@ mod common;
 
 use std::time::Duration;
 
-use common::lab::Lab;
 use common::proc::wait_for;
 
 #[test]
 fn retire_a_server() {
-    let _l = common::lab::LAB_LOCK
-        .lock()
-        .unwrap_or_else(|e| e.into_inner());
-    let lab = Lab::up(1);
-    lab.declare(&[]);
-    let mut seen = Vec::new();
-    lab.wait_phase("vm1", "Ready", Duration::from_secs(900), &mut seen);
+    let (_lock, lab, _) = common::lab::one_ready_vm();
     assert!(lab.vm_running(1));
     let m = lab.machine("vm1").unwrap();
     assert!(

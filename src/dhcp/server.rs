@@ -25,7 +25,7 @@ use super::lease_view::LeaseView;
 use super::metrics::DhcpMetrics;
 use super::packet::MAX_LEN;
 use super::persist::{Held, Outbox, Persister};
-use super::policy::{Outcome, Policy, Via};
+use super::policy::{Notice, Outcome, Policy, Via};
 use crate::api::BootEvent;
 use crate::directory::{BootRecorder, Directory};
 use crate::store::Store;
@@ -57,6 +57,22 @@ pub enum DhcpError {
     },
     #[error("dhcp: lease task failed: {0}")]
     Task(String),
+}
+
+/// Append the policy's boot-history note for a known Machine (its OFFER or
+/// ACK) to the Machine's `status.bootHistory`.
+pub fn record_notice(recorder: &BootRecorder, n: Notice) {
+    recorder.record(
+        &n.namespace,
+        &n.name,
+        BootEvent {
+            time: jiff::Timestamp::now(),
+            step: n.step.to_string(),
+            detail: n.detail,
+            bytes: None,
+            boot_id: n.boot_id,
+        },
+    );
 }
 
 /// Unix seconds now.
@@ -377,17 +393,7 @@ impl Handler<'_> {
             tracing::debug!(reason = %d, "no reply");
         }
         if let Some(n) = out.notice {
-            self.recorder.record(
-                &n.namespace,
-                &n.name,
-                BootEvent {
-                    time: jiff::Timestamp::now(),
-                    step: n.step.to_string(),
-                    detail: n.detail,
-                    bytes: None,
-                    boot_id: n.boot_id,
-                },
-            );
+            record_notice(self.recorder, n);
         }
         if let (Some(d), Some(tx)) = (out.discovered, self.disc_tx)
             && tx.try_send(d).is_err()

@@ -7,7 +7,7 @@
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::Mutex;
+use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
@@ -15,6 +15,18 @@ use serde_json::Value;
 use super::proc::{ChildGuard, wait_for};
 
 pub static LAB_LOCK: Mutex<()> = Mutex::new(());
+
+/// How the lab stories start: take [`LAB_LOCK`], bring up one VM, declare
+/// its Machine and wait until it is Ready. Returns the guard (hold it for
+/// the whole test), the lab and the phases seen on the way.
+pub fn one_ready_vm() -> (MutexGuard<'static, ()>, Lab, Vec<String>) {
+    let guard = LAB_LOCK.lock().unwrap_or_else(|e| e.into_inner());
+    let lab = Lab::up(1);
+    lab.declare(&[]);
+    let mut seen = Vec::new();
+    lab.wait_phase("vm1", "Ready", Duration::from_secs(900), &mut seen);
+    (guard, lab, seen)
+}
 
 fn lib() -> PathBuf {
     super::repo_root().join("deploy/lab/lib.sh")

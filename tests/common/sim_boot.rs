@@ -11,7 +11,6 @@ use std::time::Duration;
 
 use dhcproto::v4::{self, DhcpOption, MessageType};
 use dhcproto::{Decodable, Decoder, Encodable, Encoder};
-use metalherd::api::BootEvent;
 use metalherd::dhcp::config::{DhcpConfig, DhcpSettings};
 use metalherd::dhcp::lease::LeaseTable;
 use metalherd::dhcp::policy::{Policy, Via};
@@ -67,17 +66,7 @@ impl DhcpSim {
         };
         // As the DHCP server does: boot-history notes go to the recorder.
         if let Some(n) = out.notice {
-            self.recorder.record(
-                &n.namespace,
-                &n.name,
-                BootEvent {
-                    time: jiff::Timestamp::now(),
-                    step: n.step.to_string(),
-                    detail: n.detail,
-                    bytes: None,
-                    boot_id: n.boot_id,
-                },
-            );
+            metalherd::dhcp::server::record_notice(&self.recorder, n);
         }
         let reply = out
             .reply
