@@ -15,7 +15,7 @@ pub struct ConfigFile {
     #[serde(default)]
     pub tftp: Option<crate::tftp::config::TftpConfig>,
     #[serde(default)]
-    pub boot: Option<crate::http::boot_config::BootConfig>,
+    pub boot: Option<crate::http::boot::config::BootConfig>,
     #[serde(default)]
     pub controller: Option<crate::controller::config::ControllerConfig>,
 }

@@ -3,6 +3,5 @@
 
 pub mod api;
 pub mod boot;
-pub mod boot_config;
 pub mod ops;
 pub mod ui;

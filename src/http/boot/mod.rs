@@ -10,6 +10,7 @@ pub mod access;
 pub mod assets;
 pub mod cache;
 pub mod callhome;
+pub mod config;
 pub mod files;
 pub mod ignition;
 pub mod metrics;
@@ -41,7 +42,7 @@ pub use ignition::{IgnitionContext, IgnitionSource, IgnitionSourceError, Ignitio
 pub use metrics::BootMetrics;
 pub use token::TokenKey;
 
-use super::boot_config::BootSettings;
+use config::BootSettings;
 use metrics::ErrorReason;
 
 /// What the boot server is given by `serve`.

@@ -25,7 +25,7 @@ use socket2::{Domain, Protocol, SockAddr, Socket, Type};
 use tokio::io::unix::AsyncFd;
 use tokio_util::sync::CancellationToken;
 
-use crate::http::boot_config::RaSettings;
+use crate::http::boot::config::RaSettings;
 
 const ICMPV6_ROUTER_SOLICITATION: u8 = 133;
 const ICMPV6_ROUTER_ADVERTISEMENT: u8 = 134;

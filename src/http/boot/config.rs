@@ -16,7 +16,7 @@ use std::path::PathBuf;
 
 use serde::Deserialize;
 
-use super::boot::script::check_kernel_arg;
+use super::script::check_kernel_arg;
 
 #[derive(Clone, Debug, Default, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
@@ -151,7 +151,7 @@ fn check_base_url(u: &str) -> Result<String, BootConfigError> {
         return Err(err("must not have a query or fragment"));
     }
     let trimmed = u.trim_end_matches('/').to_string();
-    super::boot::script::check_url(&trimmed).map_err(|e| err(&e))?;
+    super::script::check_url(&trimmed).map_err(|e| err(&e))?;
     Ok(trimmed)
 }
 

@@ -1,0 +1,175 @@
+//! Checks shared by several kinds: names, versions, MAC addresses, and the
+//! image, runtime and override blocks a Machine, a MachineClass and a
+//! MachineSet's template all carry.
+
+use super::ValidationErrors;
+use crate::api::common::{Artifact, ContainerRuntime};
+use crate::api::machine::MachineOverrides;
+use crate::api::machine_class::OsImage;
+
+/// RFC 1123 label: what Kubernetes accepts for namespaces and host names.
+pub fn is_dns_label(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 63
+        && s.bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && !s.starts_with('-')
+        && !s.ends_with('-')
+}
+
+/// RFC 1123 subdomain: what Kubernetes accepts for object names.
+pub fn is_dns_subdomain(s: &str) -> bool {
+    s.len() <= 253 && s.split('.').all(is_dns_label)
+}
+
+/// Parse a MAC address written `aa:bb:cc:dd:ee:ff` or `aa-bb-...`, any case.
+pub fn parse_mac(s: &str) -> Option<[u8; 6]> {
+    let parts: Vec<&str> = s.split([':', '-']).collect();
+    if parts.len() != 6 {
+        return None;
+    }
+    let mut out = [0u8; 6];
+    for (i, p) in parts.iter().enumerate() {
+        if p.len() != 2 {
+            return None;
+        }
+        out[i] = u8::from_str_radix(p, 16).ok()?;
+    }
+    Some(out)
+}
+
+/// Canonical lower-case colon form of a MAC.
+pub fn format_mac(m: &[u8; 6]) -> String {
+    format!(
+        "{:02x}:{:02x}:{:02x}:{:02x}:{:02x}:{:02x}",
+        m[0], m[1], m[2], m[3], m[4], m[5]
+    )
+}
+
+/// Check a version string like `v1.33.2`, `1.7.27` or `4230.2.3`: dotted
+/// numbers, optional leading `v`, optional `-suffix`.
+pub fn check_version(s: &str) -> Result<(), String> {
+    let core = s.strip_prefix('v').unwrap_or(s);
+    let core = core.split(['-', '+']).next().unwrap_or_default();
+    let parts: Vec<&str> = core.split('.').collect();
+    if s.is_empty()
+        || parts.len() < 2
+        || parts
+            .iter()
+            .any(|p| p.is_empty() || !p.bytes().all(|b| b.is_ascii_digit()))
+    {
+        return Err(format!(
+            "malformed version {s:?} (expected dotted numbers like \"v1.33.2\")"
+        ));
+    }
+    Ok(())
+}
+
+pub(super) fn validate_overrides(o: &MachineOverrides, at: &str, errs: &mut ValidationErrors) {
+    if let Some(v) = &o.kubelet_version
+        && let Err(e) = check_version(v)
+    {
+        errs.push(format!("{at}.kubeletVersion"), e);
+    }
+    if let Some(rt) = &o.container_runtime {
+        validate_runtime(rt, &format!("{at}.containerRuntime"), errs);
+    }
+    if let Some(img) = &o.image {
+        validate_image(img, &format!("{at}.image"), errs);
+    }
+}
+
+pub(super) fn validate_runtime(rt: &ContainerRuntime, at: &str, errs: &mut ValidationErrors) {
+    if rt.name != "containerd" {
+        errs.push(
+            format!("{at}.name"),
+            format!(
+                "unknown container runtime {:?} (supported: containerd)",
+                rt.name
+            ),
+        );
+    }
+    if let Err(e) = check_version(&rt.version) {
+        errs.push(format!("{at}.version"), e);
+    }
+}
+
+fn validate_artifact(a: &Artifact, at: &str, errs: &mut ValidationErrors) {
+    match url::Url::parse(&a.url) {
+        Ok(u) if matches!(u.scheme(), "http" | "https" | "file") => {}
+        Ok(u) => errs.push(
+            format!("{at}.url"),
+            format!(
+                "unsupported scheme {:?} (use http, https or file)",
+                u.scheme()
+            ),
+        ),
+        Err(e) => errs.push(format!("{at}.url"), format!("not a URL ({e})")),
+    }
+    if a.url.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        errs.push(format!("{at}.url"), "must not contain whitespace");
+    }
+    let hex = |s: &str, n: usize| s.len() == n && s.bytes().all(|b| b.is_ascii_hexdigit());
+    if let Some(h) = &a.sha256
+        && !hex(h, 64)
+    {
+        errs.push(format!("{at}.sha256"), "expected 64 hex digits");
+    }
+    if let Some(h) = &a.sha512
+        && !hex(h, 128)
+    {
+        errs.push(format!("{at}.sha512"), "expected 128 hex digits");
+    }
+}
+
+pub(super) fn validate_image(img: &OsImage, at: &str, errs: &mut ValidationErrors) {
+    if !matches!(img.os.as_str(), "flatcar" | "fedora-coreos") {
+        errs.push(
+            format!("{at}.os"),
+            format!(
+                "unknown OS {:?} (supported: flatcar, fedora-coreos)",
+                img.os
+            ),
+        );
+    }
+    if let Err(e) = check_version(&img.version) {
+        errs.push(format!("{at}.version"), e);
+    }
+    validate_artifact(&img.kernel, &format!("{at}.kernel"), errs);
+    validate_artifact(&img.initrd, &format!("{at}.initrd"), errs);
+    if let Some(a) = &img.install {
+        validate_artifact(a, &format!("{at}.install"), errs);
+    }
+    if let Some(a) = &img.rootfs {
+        validate_artifact(a, &format!("{at}.rootfs"), errs);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn versions() {
+        assert!(check_version("v1.33.2").is_ok());
+        assert!(check_version("1.7.27").is_ok());
+        assert!(check_version("4230.2.3").is_ok());
+        assert!(check_version("latest").is_err());
+        assert!(check_version("v1..2").is_err());
+        assert!(check_version("").is_err());
+    }
+
+    #[test]
+    fn macs() {
+        assert_eq!(
+            parse_mac("AA-bb-cc-00-11-22"),
+            Some([0xaa, 0xbb, 0xcc, 0, 0x11, 0x22])
+        );
+        assert_eq!(parse_mac("aa:bb:cc:00:11"), None);
+        assert_eq!(parse_mac("aa:bb:cc:00:11:2g"), None);
+        assert_eq!(
+            format_mac(&[0xaa, 0xbb, 0xcc, 0, 0x11, 0x22]),
+            "aa:bb:cc:00:11:22"
+        );
+    }
+}

@@ -1,0 +1,84 @@
+//! MachineClass validation: the OS image, Kubernetes and runtime versions,
+//! the join settings, files, taints, kernel arguments and Ignition fragments.
+
+use serde_json::Value;
+
+use super::ValidationErrors;
+use super::common::{check_version, validate_image, validate_runtime};
+use crate::api::machine_class::MachineClassSpec;
+
+pub(super) fn validate_class_spec(spec: &MachineClassSpec) -> Result<(), ValidationErrors> {
+    let mut errs = ValidationErrors::default();
+    validate_image(&spec.image, "spec.image", &mut errs);
+    if let Err(e) = check_version(&spec.kubernetes.version) {
+        errs.push("spec.kubernetes.version", e);
+    }
+    validate_runtime(&spec.container_runtime, "spec.containerRuntime", &mut errs);
+    if spec.join.api_server_endpoint.is_empty() {
+        errs.push("spec.join.apiServerEndpoint", "required (host:port)");
+    }
+    if spec.join.token_secret_ref.name.is_empty() {
+        errs.push(
+            "spec.join.tokenSecretRef.name",
+            "required: the Secret with the bootstrap token",
+        );
+    }
+    for (i, h) in spec.join.ca_cert_hashes.iter().enumerate() {
+        let ok = h
+            .strip_prefix("sha256:")
+            .is_some_and(|x| x.len() == 64 && x.bytes().all(|b| b.is_ascii_hexdigit()));
+        if !ok {
+            errs.push(
+                format!("spec.join.caCertHashes[{i}]"),
+                "expected sha256:<64 hex digits>",
+            );
+        }
+    }
+    for (i, f) in spec.files.iter().enumerate() {
+        if !f.path.starts_with('/') {
+            errs.push(format!("spec.files[{i}].path"), "must be absolute");
+        }
+        if f.contents.is_some() == f.source.is_some() {
+            errs.push(
+                format!("spec.files[{i}]"),
+                "set exactly one of contents and source",
+            );
+        }
+    }
+    for (i, t) in spec.node_taints.iter().enumerate() {
+        if !matches!(
+            t.effect.as_str(),
+            "NoSchedule" | "PreferNoSchedule" | "NoExecute"
+        ) {
+            errs.push(
+                format!("spec.nodeTaints[{i}].effect"),
+                format!("unknown effect {:?}", t.effect),
+            );
+        }
+    }
+    for (i, a) in spec.kernel_args.iter().enumerate() {
+        if a.is_empty() || a.chars().any(|c| c.is_whitespace() || c.is_control()) {
+            errs.push(
+                format!("spec.kernelArgs[{i}]"),
+                "one argument per entry, without whitespace",
+            );
+        }
+    }
+    for (i, f) in spec.ignition_fragments.iter().enumerate() {
+        if f.inline.is_some() == f.source.is_some() {
+            errs.push(
+                format!("spec.ignitionFragments[{i}]"),
+                "set exactly one of inline and source",
+            );
+        }
+        if let Some(s) = &f.inline
+            && serde_json::from_str::<Value>(s).is_err()
+        {
+            errs.push(
+                format!("spec.ignitionFragments[{i}].inline"),
+                "does not parse as JSON",
+            );
+        }
+    }
+    errs.into_result()
+}
