@@ -9,53 +9,12 @@ mod common;
 use std::io::Write;
 use std::sync::{Arc, Mutex};
 
-use metalherd::api::{Machine, MachineClass};
+use common::ignition::{BOOT_TOKEN, JOIN_TOKEN, ctx, examples, load, secrets, url_ctx};
+use metalherd::api::MachineClass;
 use metalherd::ignition::{
-    self, Config, NodeConfigSource, RenderContext, RenderSecrets, Stage, redacted, render, to_json,
+    self, Config, NodeConfigSource, RenderSecrets, Stage, redacted, render, to_json,
 };
 use serde_json::Value;
-
-const JOIN_TOKEN: &str = "k8sabc.0123456789abcdef";
-const BOOT_TOKEN: &str = "bt-5f0c2a9e7d1b4c3a";
-const BOOT_ID: &str = "boot-0001";
-
-fn load<T: serde::de::DeserializeOwned>(file: &str) -> T {
-    let path = common::repo_root().join("deploy/examples").join(file);
-    let text = std::fs::read_to_string(&path).unwrap();
-    serde_yaml::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
-}
-
-/// Every example pair (name, machine, class).
-fn examples() -> Vec<(&'static str, Machine, MachineClass)> {
-    vec![
-        (
-            "flatcar",
-            load("machine-flatcar.yaml"),
-            load("class-flatcar.yaml"),
-        ),
-        ("fcos", load("machine-fcos.yaml"), load("class-fcos.yaml")),
-    ]
-}
-
-fn ctx(node_config: NodeConfigSource) -> RenderContext {
-    RenderContext {
-        callhome_base: "http://10.20.0.1:8080".into(),
-        boot_token: BOOT_TOKEN.into(),
-        boot_id: BOOT_ID.into(),
-        mac: None,
-        node_config,
-    }
-}
-
-fn url_ctx() -> RenderContext {
-    ctx(NodeConfigSource::Url(format!(
-        "http://10.20.0.1:8080/ignition/node?mac=52:54:00:a1:07:01&token={BOOT_TOKEN}"
-    )))
-}
-
-fn secrets() -> RenderSecrets {
-    RenderSecrets::new(JOIN_TOKEN)
-}
 
 fn json(c: &Config) -> String {
     to_json(c).unwrap()
@@ -398,53 +357,6 @@ fn examples_pass_manifest_validation() {
     ] {
         let v: Value = load(file);
         validate(kind, &v).unwrap_or_else(|e| panic!("{file}: {e}"));
-    }
-}
-
-/// Benchmark, not a test: `cargo test --release --test provision_ignition
-/// -- --ignored --nocapture bench_render`. Prints p50/p99 per config and
-/// configs/s on one thread, and ignition-validate's time per config measured
-/// in the same run as the reference.
-#[test]
-#[ignore]
-fn bench_render() {
-    use std::time::{Duration, Instant};
-    let pairs = examples();
-    let c = ctx(NodeConfigSource::Embed);
-    const N: usize = 2000;
-    for stage in [Stage::Node, Stage::Install] {
-        let mut times = Vec::with_capacity(N);
-        let start = Instant::now();
-        for i in 0..N {
-            let (_, m, class) = &pairs[i % pairs.len()];
-            let t = Instant::now();
-            let cfg = render(stage, m, class, &secrets(), &c).unwrap();
-            let s = to_json(&cfg).unwrap();
-            std::hint::black_box(s);
-            times.push(t.elapsed());
-        }
-        let total = start.elapsed();
-        times.sort();
-        let p = |q: f64| times[((times.len() as f64 * q) as usize).min(times.len() - 1)];
-        // Reference: the upstream validator over the same configs, bounded.
-        let json_cfg = json(&render(stage, &pairs[0].1, &pairs[0].2, &secrets(), &c).unwrap());
-        let mut vt = Vec::new();
-        for _ in 0..20 {
-            let t = Instant::now();
-            common::ignition::validate(&json_cfg).unwrap();
-            vt.push(t.elapsed());
-        }
-        vt.sort();
-        let v50: Duration = vt[vt.len() / 2];
-        println!(
-            "ignition {:7}: p50 {:?} p99 {:?} {:.0} configs/s (1 thread, {N} renders + to_json); ignition-validate p50 {:?} = {:.0}x render p50",
-            stage.as_str(),
-            p(0.50),
-            p(0.99),
-            N as f64 / total.as_secs_f64(),
-            v50,
-            v50.as_secs_f64() / p(0.50).as_secs_f64(),
-        );
     }
 }
 

@@ -1,9 +1,14 @@
 //! Running the upstream Ignition validator (`ignition-validate`, Debian
 //! package `ignition`) over rendered configs. It only *warns* about unknown
-//! keys, so any output at all counts as a failure.
+//! keys, so any output at all counts as a failure. Also the example
+//! Machines and classes of `deploy/examples/` with a render context and
+//! secrets, as the rendering story and its benchmark use them.
 
 use std::io::Write;
 use std::process::Command;
+
+use metalherd::api::{Machine, MachineClass};
+use metalherd::ignition::{NodeConfigSource, RenderContext, RenderSecrets};
 
 /// Validate one config; `Err` carries the validator's output.
 pub fn validate(json: &str) -> Result<(), String> {
@@ -23,4 +28,46 @@ pub fn validate(json: &str) -> Result<(), String> {
         return Err(format!("ignition-validate ({}): {text}", out.status));
     }
     Ok(())
+}
+
+pub const JOIN_TOKEN: &str = "k8sabc.0123456789abcdef";
+pub const BOOT_TOKEN: &str = "bt-5f0c2a9e7d1b4c3a";
+pub const BOOT_ID: &str = "boot-0001";
+
+pub fn load<T: serde::de::DeserializeOwned>(file: &str) -> T {
+    let path = super::repo_root().join("deploy/examples").join(file);
+    let text = std::fs::read_to_string(&path).unwrap();
+    serde_yaml::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+/// Every example pair (name, machine, class).
+pub fn examples() -> Vec<(&'static str, Machine, MachineClass)> {
+    vec![
+        (
+            "flatcar",
+            load("machine-flatcar.yaml"),
+            load("class-flatcar.yaml"),
+        ),
+        ("fcos", load("machine-fcos.yaml"), load("class-fcos.yaml")),
+    ]
+}
+
+pub fn ctx(node_config: NodeConfigSource) -> RenderContext {
+    RenderContext {
+        callhome_base: "http://10.20.0.1:8080".into(),
+        boot_token: BOOT_TOKEN.into(),
+        boot_id: BOOT_ID.into(),
+        mac: None,
+        node_config,
+    }
+}
+
+pub fn url_ctx() -> RenderContext {
+    ctx(NodeConfigSource::Url(format!(
+        "http://10.20.0.1:8080/ignition/node?mac=52:54:00:a1:07:01&token={BOOT_TOKEN}"
+    )))
+}
+
+pub fn secrets() -> RenderSecrets {
+    RenderSecrets::new(JOIN_TOKEN)
 }

@@ -25,9 +25,18 @@ pub mod tftp;
 
 use std::path::PathBuf;
 
-/// Path of the `metalherd` binary built for this test run.
+/// Path of the `metalherd` binary built for this test run. Cargo names it
+/// only to integration tests; the benchmarks in `examples/` also include
+/// this harness, and their binary sits in `target/<profile>/examples/`,
+/// beside the `metalherd` one level up.
 pub fn metalherd_bin() -> PathBuf {
-    PathBuf::from(env!("CARGO_BIN_EXE_metalherd"))
+    match option_env!("CARGO_BIN_EXE_metalherd") {
+        Some(p) => PathBuf::from(p),
+        None => std::env::current_exe()
+            .ok()
+            .and_then(|e| Some(e.parent()?.parent()?.join("metalherd")))
+            .unwrap_or_else(|| PathBuf::from("metalherd")),
+    }
 }
 
 /// Repository root.

@@ -1,4 +1,4 @@
-//! Benchmark (not a test; `--ignored`): N Machines declared at once against
+//! Benchmark, not a test: N Machines declared at once against
 //! an in-process fleet of simulated BMCs and servers. Each simulated
 //! server, when its BMC powers it on, walks the boot path at protocol level
 //! against metalherd's boot HTTP endpoints (iPXE script for its MAC, the
@@ -8,9 +8,11 @@
 //! reconciles per second and the process's peak RSS.
 //!
 //! `METALHERD_BENCH_MACHINES` (default 500) and `METALHERD_BENCH_LIMITS`
-//! (default `50,500`) choose the runs.
+//! (default `50,500`) choose the runs. Run with:
+//! `cargo run --example bench_controller` (BENCHMARKS.md has the runs).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+#[path = "../tests/common/mod.rs"]
 mod common;
 
 use std::collections::HashMap;
@@ -507,9 +509,8 @@ async fn run(n: usize, limit: usize) {
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "benchmark"]
-async fn controller_bench() {
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() {
     let n: usize = std::env::var("METALHERD_BENCH_MACHINES")
         .ok()
         .and_then(|v| v.parse().ok())

@@ -1,13 +1,15 @@
-//! Benchmark (not a test; `#[ignore]`d): power-state polls per second and
+//! Benchmark, not a test: power-state polls per second and
 //! client memory with 1,000 concurrent Redfish sessions against 1,000
 //! simulated BMCs (the axum Redfish test server, one listener per BMC) in a
 //! separate process on loopback. The peer measured in the same run is a
 //! bare reqwest GET of the same resource with the same session token (no
 //! JSON decoding, no driver), so the figures are ratios against it.
 //!
-//! cargo test --release --test bmc_bench -- --ignored --nocapture bench_redfish_sessions
+//! `cargo run --release --example bench_redfish`. The BMCs run in a child
+//! process: this same binary, started with `METALHERD_BENCH_SERVE` set.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+#[path = "../tests/common/mod.rs"]
 mod common;
 
 use std::process::{Command, Stdio};
@@ -45,13 +47,15 @@ fn rss_kib() -> u64 {
         .unwrap_or(0)
 }
 
+fn main() {
+    match std::env::var(SERVE_ENV) {
+        Ok(ports_file) => serve_bmcs(&ports_file),
+        Err(_) => bench_redfish_sessions(),
+    }
+}
+
 /// The server side: run only as a child of the benchmark (env var set).
-#[test]
-#[ignore]
-fn bench_server_process() {
-    let Ok(ports_file) = std::env::var(SERVE_ENV) else {
-        return;
-    };
+fn serve_bmcs(ports_file: &str) {
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
         .enable_all()
@@ -71,7 +75,7 @@ fn bench_server_process() {
         let ports: Vec<String> = servers.iter().map(|s| s.port.to_string()).collect();
         let tmp = format!("{ports_file}.tmp");
         std::fs::write(&tmp, ports.join("\n")).unwrap();
-        std::fs::rename(&tmp, &ports_file).unwrap();
+        std::fs::rename(&tmp, ports_file).unwrap();
         // Serve until the parent closes our stdin.
         tokio::task::spawn_blocking(|| {
             let mut b = String::new();
@@ -83,19 +87,11 @@ fn bench_server_process() {
     });
 }
 
-#[test]
-#[ignore]
 fn bench_redfish_sessions() {
     let n = n_bmcs();
     let dir = tempfile::tempdir().unwrap();
     let ports_file = dir.path().join("ports");
     let mut child = Command::new(std::env::current_exe().unwrap())
-        .args([
-            "--ignored",
-            "--exact",
-            "bench_server_process",
-            "--nocapture",
-        ])
         .env(SERVE_ENV, &ports_file)
         .stdin(Stdio::piped())
         .stdout(Stdio::null())

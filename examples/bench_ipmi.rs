@@ -1,10 +1,10 @@
-//! Benchmark, not a test (ignored): RMCP+ session setups per second and
+//! Benchmark, not a test: RMCP+ session setups per second and
 //! chassis-status polls per second on one session, metalherd's IPMI driver
 //! against ipmitool on the same emulator in the same run. Counts are
-//! bounded. Run with:
-//! `cargo test --test bmc_ipmi_bench -- --ignored --nocapture`
+//! bounded. Run with: `cargo run --example bench_ipmi`
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+#[path = "../tests/common/mod.rs"]
 mod common;
 
 use std::process::Command;
@@ -101,9 +101,8 @@ fn line(what: &str, ours: f64, theirs: f64) {
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "benchmark"]
-async fn bench_ipmi_sessions_and_polls() {
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() {
     println!("| measurement | metalherd | ipmitool | ratio |");
     println!("| --- | --- | --- | --- |");
     let sim = IpmiSim::start();
