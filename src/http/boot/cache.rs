@@ -12,6 +12,7 @@ use std::sync::{Arc, Mutex};
 use futures::StreamExt;
 use sha2::{Digest, Sha256};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tracing::Instrument;
 
 use crate::api::Artifact;
 
@@ -119,18 +120,26 @@ impl ImageCache {
             .dir
             .join(format!(".tmp-{sha}-{:08x}", rand::random::<u32>()));
         let span = tracing::info_span!("image_fetch", url = %url, sha256 = %sha);
-        let _e = span.enter();
+        self.fetch_into(url, sha, &tmp).instrument(span).await
+    }
+
+    /// Download into `tmp`, check the digest, move it into place.
+    async fn fetch_into(&self, url: &str, sha: &str, tmp: &Path) -> Result<(), CacheError> {
+        let io = |path: &Path| {
+            let path = path.to_path_buf();
+            move |source| CacheError::Io { path, source }
+        };
         tracing::info!("downloading into the image cache");
-        let res = self.copy_into(url, &tmp).await;
+        let res = self.copy_into(url, tmp).await;
         let actual = match res {
             Ok(d) => d,
             Err(e) => {
-                let _ = tokio::fs::remove_file(&tmp).await;
+                let _ = tokio::fs::remove_file(tmp).await;
                 return Err(e);
             }
         };
         if actual != sha {
-            let _ = tokio::fs::remove_file(&tmp).await;
+            let _ = tokio::fs::remove_file(tmp).await;
             return Err(CacheError::Mismatch {
                 url: url.to_string(),
                 expected: sha.to_string(),
@@ -138,7 +147,7 @@ impl ImageCache {
             });
         }
         let dest = self.dir.join(sha);
-        tokio::fs::rename(&tmp, &dest).await.map_err(io(&dest))?;
+        tokio::fs::rename(tmp, &dest).await.map_err(io(&dest))?;
         tracing::info!("image cached");
         Ok(())
     }

@@ -13,6 +13,7 @@ use axum::extract::{ConnectInfo, Path, RawQuery, State};
 use axum::response::Response;
 use bytes::Bytes;
 use http::StatusCode;
+use tracing::Instrument;
 
 use super::access::{Need, authorize};
 use super::metrics::Endpoint;
@@ -89,7 +90,20 @@ async fn serve(st: &BootState, peer: SocketAddr, what: &str, q: &str, body: &[u8
     };
     let reason = clean_reason(p.get("reason").unwrap_or(&String::from_utf8_lossy(body)));
     let span = tracing::info_span!("callhome", mac = %super::script::mac_hyphen(&mac), peer = %peer.ip(), what = what.step());
-    let _e = span.enter();
+    record(st, peer, what, mac, token, reason)
+        .instrument(span)
+        .await
+}
+
+/// A well-formed call-home, inside its span: check it and record it.
+async fn record(
+    st: &BootState,
+    peer: SocketAddr,
+    what: What,
+    mac: [u8; 6],
+    token: &str,
+    reason: String,
+) -> Response {
     let Some(entry) = st.directory.by_mac(&mac) else {
         return reply(StatusCode::FORBIDDEN, "forbidden: unknown machine");
     };

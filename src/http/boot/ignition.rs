@@ -10,6 +10,7 @@ use async_trait::async_trait;
 use axum::extract::{ConnectInfo, RawQuery, State};
 use axum::response::{IntoResponse, Response};
 use http::{StatusCode, header};
+use tracing::Instrument;
 
 use super::access::{Need, authorize};
 use super::metrics::{Endpoint, ErrorReason};
@@ -110,7 +111,19 @@ async fn serve(st: &BootState, peer: SocketAddr, q: &str) -> Response {
         return st.bad_request("stage: must be install or node");
     };
     let span = tracing::info_span!("ignition", mac = %super::script::mac_hyphen(&mac), peer = %peer.ip(), stage = stage.as_str());
-    let _e = span.enter();
+    serve_machine(st, peer, mac, token, stage)
+        .instrument(span)
+        .await
+}
+
+/// A well-formed Ignition request, inside its span: authorize and render.
+async fn serve_machine(
+    st: &BootState,
+    peer: SocketAddr,
+    mac: [u8; 6],
+    token: &str,
+    stage: IgnitionStage,
+) -> Response {
     let Some(entry) = st.directory.by_mac(&mac) else {
         tracing::warn!("Ignition refused: unknown MAC");
         st.metrics.error(ErrorReason::forbidden);

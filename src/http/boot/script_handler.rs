@@ -10,6 +10,7 @@ use std::sync::Arc;
 use axum::extract::{ConnectInfo, RawQuery, State};
 use axum::response::{IntoResponse, Response};
 use http::{StatusCode, header};
+use tracing::Instrument;
 
 use super::metrics::{Endpoint, ErrorReason};
 use super::script::{self, InstallParams, Platform, WaitReason, is_word, mac_hyphen};
@@ -62,7 +63,22 @@ async fn serve(st: &BootState, peer: SocketAddr, q: &str) -> Response {
     }
     let platform = Platform::from_query(plat, arch);
     let span = tracing::info_span!("boot_script", mac = %mac_hyphen(&mac), peer = %peer.ip());
-    let _e = span.enter();
+    serve_mac(st, peer, mac, arch, plat, platform)
+        .instrument(span)
+        .await
+}
+
+/// A well-formed script request for one MAC, inside its span: the script
+/// its machine's boot intent calls for.
+async fn serve_mac(
+    st: &BootState,
+    peer: SocketAddr,
+    mac: [u8; 6],
+    arch: Option<&str>,
+    plat: Option<&str>,
+    platform: Platform,
+) -> Response {
+    let wait = st.settings.wait_seconds;
     let Some(entry) = st.directory.by_mac(&mac) else {
         discovered(st, &mac, peer).await;
         tracing::info!("unknown machine: discovery script");
