@@ -373,5 +373,4 @@ pub async fn append_boot_events(
 }
 
 #[cfg(test)]
-#[path = "directory_tests.rs"]
 mod tests;

@@ -5,6 +5,13 @@
 //! Module seams follow DESIGN.md: protocol cores (`dhcp`, `tftp`, `ignition`,
 //! `bmc`) never import `controller`; everything reaches objects through the
 //! [`store::Store`] trait.
+//!
+//! Unit tests have one layout: a small module keeps them inline in
+//! `#[cfg(test)] mod tests { ... }`; once they grow, they move to a sibling
+//! file declared as `#[cfg(test)] mod tests;` (`foo.rs` -> `foo/tests.rs`,
+//! `foo/mod.rs` -> `foo/tests.rs`), with submodules below it if needed.
+//! Test doubles live next to what they fake. Integration tests, one per
+//! user story, are in `tests/`; benchmarks are examples (`examples/`).
 #![cfg_attr(
     not(test),
     deny(clippy::unwrap_used, clippy::expect_used, clippy::panic)

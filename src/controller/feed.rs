@@ -106,5 +106,4 @@ async fn list_and_watch<K>(
 }
 
 #[cfg(test)]
-#[path = "feed_tests.rs"]
 mod tests;

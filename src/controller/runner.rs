@@ -255,9 +255,7 @@ impl<R: Reconciler> Runner<R> {
 }
 
 #[cfg(test)]
-#[path = "runner_tests.rs"]
 mod tests;
 
 #[cfg(test)]
-#[path = "runner_store_tests.rs"]
 mod store_tests;

@@ -194,5 +194,4 @@ impl<K: Ord + Clone + Hash> BootSlots<K> {
 }
 
 #[cfg(test)]
-#[path = "storm_tests.rs"]
 mod tests;

@@ -528,5 +528,4 @@ fn proxy(c: &Ctx) -> Result<Outcome, DropReason> {
 }
 
 #[cfg(test)]
-#[path = "policy_tests.rs"]
 mod tests;

@@ -354,5 +354,4 @@ impl Session {
 }
 
 #[cfg(test)]
-#[path = "session_tests.rs"]
 mod tests;

@@ -495,5 +495,4 @@ impl FileSource for Overlay {
 }
 
 #[cfg(test)]
-#[path = "source_tests.rs"]
 mod tests;

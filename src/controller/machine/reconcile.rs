@@ -210,5 +210,4 @@ impl Reconciler for MachineReconciler {
 }
 
 #[cfg(test)]
-#[path = "tests_exec.rs"]
-mod tests_exec;
+mod tests;

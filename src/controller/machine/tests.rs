@@ -17,11 +17,8 @@ use crate::api::condition::set_condition;
 use crate::api::*;
 use crate::cluster::NodeState;
 
-#[path = "tests_table.rs"]
 mod table;
-#[path = "tests_units.rs"]
 mod units;
-#[path = "tests_walk.rs"]
 mod walk;
 
 pub const T0: i64 = 1_800_000_000;
@@ -349,5 +346,4 @@ pub fn check_settles(name: &str, m: &Machine, o: &Observed, now: Timestamp, plan
     );
 }
 
-#[path = "tests_prop.rs"]
 mod prop;
