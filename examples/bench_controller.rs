@@ -461,11 +461,14 @@ async fn run(n: usize, limit: usize) {
     }
     let wall = t0.elapsed();
     cancel.cancel();
-    let writes = store
+    // The embedded backend's resourceVersion counts its writes.
+    let writes: u64 = store
         .list(metalherd::api::Kind::Machine, &ListOptions::default())
         .await
         .unwrap()
-        .resource_version;
+        .resource_version
+        .parse()
+        .unwrap();
     let (peak_booting, writes_by_kind) = {
         let t = track.lock().unwrap();
         (t.peak_holding, t.writes.clone())

@@ -122,7 +122,7 @@ async fn bench_store(n: usize, dir: &str) {
     row(&format!("list all {n}"), 10, t.elapsed(), Some(&mut lat));
     let t = Instant::now();
     let mut w = store
-        .watch(Kind::Machine, &ListOptions::default(), Some(from))
+        .watch(Kind::Machine, &ListOptions::default(), Some(&from))
         .await
         .unwrap();
     for _ in 0..n {

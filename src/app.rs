@@ -18,8 +18,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::http::api::ApiState;
 use crate::http::ops::{ApiMetrics, MetricsRegistry};
-use crate::store::Store;
-use crate::store::embedded::EmbeddedStore;
+use crate::store::{Store, StoreConfig};
 
 /// File name of the embedded store inside the data directory.
 pub const STORE_FILE: &str = "metalherd.redb";
@@ -74,11 +73,10 @@ pub async fn serve(global: &crate::cli::GlobalArgs, args: ServeArgs) -> anyhow::
     };
     // Flags override the file; bad ones stop here, before anything binds.
     config.dhcp = args.dhcp_flags().apply(config.dhcp.take())?;
-    let store_path = data_dir.join(STORE_FILE);
-    let store: Arc<dyn Store> =
-        Arc::new(EmbeddedStore::open(&store_path).map_err(|e| {
-            anyhow::anyhow!("{e} (is another metalherd using this data directory?)")
-        })?);
+    let store: Arc<dyn Store> = crate::store::open(&StoreConfig::Embedded {
+        path: data_dir.join(STORE_FILE),
+    })
+    .map_err(|e| anyhow::anyhow!("{e} (is another metalherd using this data directory?)"))?;
     let token = load_or_create_token(&data_dir)?;
     let addr: SocketAddr = args.listen.parse().with_context(|| {
         format!(
@@ -121,7 +119,7 @@ pub async fn serve(global: &crate::cli::GlobalArgs, args: ServeArgs) -> anyhow::
         lease_releaser = Some(bound.releaser());
         lease_view = Some(bound.lease_view());
         let (st, dir, rec, c) = (
-            store.clone(),
+            Some(crate::discovery::spawn(store.clone(), cancel.clone())),
             directory.clone(),
             recorder.clone(),
             cancel.clone(),

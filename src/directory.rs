@@ -9,15 +9,16 @@ use std::net::Ipv4Addr;
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
-use futures::StreamExt;
 use ipnet::Ipv4Net;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use crate::api::validate::parse_mac;
 use crate::api::{BOOT_HISTORY_LIMIT, BootEvent, Kind, Machine, MachinePhase};
+use crate::store::modify::{Target, modify_obj};
+use crate::store::reflect::{Reflected, reflect};
 use crate::store::typed::from_value;
-use crate::store::{ListOptions, Store, StoreError, TypedStore, WatchEvent};
+use crate::store::{ListOptions, Store, StoreError, WatchEvent};
 
 /// What a Machine should do when it network-boots now.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -159,31 +160,28 @@ impl Directory {
         }
     }
 
-    /// Keep the index in step with the store until cancelled: list, then
-    /// watch from the list's version; on a watch error, list again.
+    /// Keep the index in step with the store until cancelled, through the
+    /// store's reflector (list, watch from the list's version, list again
+    /// when the watch ends).
     pub async fn run(self, store: Arc<dyn Store>, cancel: CancellationToken) {
-        loop {
-            if cancel.is_cancelled() {
-                return;
-            }
-            if let Err(e) = self.sync_once(store.as_ref(), &cancel).await {
-                tracing::warn!(error = %e, "boot directory watch ended; relisting");
-                tokio::select! {
-                    _ = cancel.cancelled() => return,
-                    _ = tokio::time::sleep(Duration::from_millis(500)) => {}
-                }
-            }
-        }
+        reflect(
+            store.as_ref(),
+            Kind::Machine,
+            &ListOptions::default(),
+            Duration::from_millis(500),
+            &cancel,
+            |r| match r {
+                Reflected::Listed(items) => self.replace_all(items),
+                Reflected::Changed(ev) => self.apply(&ev),
+            },
+        )
+        .await;
     }
 
-    async fn sync_once(
-        &self,
-        store: &dyn Store,
-        cancel: &CancellationToken,
-    ) -> Result<(), StoreError> {
-        let list = store.list(Kind::Machine, &ListOptions::default()).await?;
+    /// Replace the whole index with these Machines.
+    fn replace_all(&self, items: Vec<serde_json::Value>) {
         let mut fresh = Index::default();
-        for v in list.items {
+        for v in items {
             if let Ok(m) = from_value::<Machine>(v)
                 && let Some(e) = MachineEntry::from_machine(&m)
             {
@@ -200,31 +198,16 @@ impl Directory {
         if let Ok(mut idx) = self.inner.write() {
             *idx = fresh;
         }
-        let mut w = store
-            .watch(
-                Kind::Machine,
-                &ListOptions::default(),
-                Some(list.resource_version),
-            )
-            .await?;
-        loop {
-            tokio::select! {
-                _ = cancel.cancelled() => return Ok(()),
-                ev = w.next() => match ev {
-                    None => return Err(StoreError::Backend("watch closed".into())),
-                    Some(Err(e)) => return Err(e),
-                    Some(Ok(ev)) => {
-                        let deleted = matches!(ev, WatchEvent::Deleted(_));
-                        if let Ok(m) = from_value::<Machine>(ev.object().clone()) {
-                            if deleted {
-                                let (ns, name) = crate::store::key_of(ev.object());
-                                self.remove(&ns, &name);
-                            } else {
-                                self.upsert(&m);
-                            }
-                        }
-                    }
-                }
+    }
+
+    fn apply(&self, ev: &WatchEvent) {
+        let deleted = matches!(ev, WatchEvent::Deleted(_));
+        if let Ok(m) = from_value::<Machine>(ev.object().clone()) {
+            if deleted {
+                let (ns, name) = crate::store::key_of(ev.object());
+                self.remove(&ns, &name);
+            } else {
+                self.upsert(&m);
             }
         }
     }
@@ -354,22 +337,18 @@ pub async fn append_boot_events(
     name: &str,
     evs: &[BootEvent],
 ) -> Result<(), StoreError> {
-    let mut last = None;
-    for _ in 0..10 {
-        let mut m: Machine = store.get_obj(namespace, name).await?;
+    modify_obj::<Machine>(store, namespace, name, Target::Status, |m| {
+        let Some(mut m) = m else { return Ok(None) };
         let st = m.status.get_or_insert_with(Default::default);
         st.boot_history.extend(evs.iter().cloned());
         let n = st.boot_history.len();
         if n > BOOT_HISTORY_LIMIT {
             st.boot_history.drain(..n - BOOT_HISTORY_LIMIT);
         }
-        match store.update_status_obj(&m).await {
-            Ok(_) => return Ok(()),
-            Err(e) if e.is_conflict() => last = Some(e),
-            Err(e) => return Err(e),
-        }
-    }
-    Err(last.unwrap_or_else(|| StoreError::Backend("retries exhausted".into())))
+        Ok(Some(m))
+    })
+    .await
+    .map(|_| ())
 }
 
 #[cfg(test)]

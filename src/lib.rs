@@ -26,6 +26,7 @@ pub mod config;
 pub mod controller;
 pub mod dhcp;
 pub mod directory;
+pub mod discovery;
 pub mod http;
 pub mod ignition;
 pub mod store;

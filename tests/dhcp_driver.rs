@@ -8,52 +8,15 @@ mod common;
 
 use std::net::{Ipv4Addr, SocketAddr};
 use std::path::Path;
-use std::sync::Arc;
 use std::time::Duration;
 
-use async_trait::async_trait;
 use common::dhcp_clients::{self, Req};
 use common::netns::VethPair;
-use metalherd::api::{Kind, Machine};
+use metalherd::api::Machine;
 use metalherd::dhcp::server::BoundServer;
 use metalherd::dhcp::{DhcpConfig, DhcpSettings};
 use metalherd::directory::{BootRecorder, Directory};
-use metalherd::store::{Deleted, ListOptions, ObjectList, Store, StoreError, WatchStream};
-use serde_json::Value;
 use tokio_util::sync::CancellationToken;
-
-/// These tests keep discovery recording off: no store is needed.
-struct NoStore;
-
-#[async_trait]
-impl Store for NoStore {
-    async fn get(&self, _: Kind, _: &str, _: &str) -> Result<Value, StoreError> {
-        Err(StoreError::Backend("no store in this test".into()))
-    }
-    async fn list(&self, _: Kind, _: &ListOptions) -> Result<ObjectList, StoreError> {
-        Err(StoreError::Backend("no store in this test".into()))
-    }
-    async fn create(&self, _: Kind, _: Value) -> Result<Value, StoreError> {
-        Err(StoreError::Backend("no store in this test".into()))
-    }
-    async fn update(&self, _: Kind, _: Value) -> Result<Value, StoreError> {
-        Err(StoreError::Backend("no store in this test".into()))
-    }
-    async fn update_status(&self, _: Kind, _: Value) -> Result<Value, StoreError> {
-        Err(StoreError::Backend("no store in this test".into()))
-    }
-    async fn delete(&self, _: Kind, _: &str, _: &str) -> Result<Deleted, StoreError> {
-        Err(StoreError::Backend("no store in this test".into()))
-    }
-    async fn watch(
-        &self,
-        _: Kind,
-        _: &ListOptions,
-        _: Option<u64>,
-    ) -> Result<WatchStream, StoreError> {
-        Err(StoreError::Backend("no store in this test".into()))
-    }
-}
 
 const MAC: &str = "52:54:00:12:34:56";
 
@@ -106,7 +69,8 @@ fn serve(ns: &str, yaml: &str, directory: Directory, data_dir: &Path) -> Server 
             bound
                 .serve(
                     directory,
-                    Arc::new(NoStore),
+                    // Discovery recording off: no store is needed.
+                    None,
                     BootRecorder::discard(),
                     Default::default(),
                     c2,

@@ -96,7 +96,7 @@ fn start(pair: &VethPair, dir: &std::path::Path) -> (Services, String) {
             let recorder = BootRecorder::spawn(store.clone(), c.clone());
             tokio::spawn(bound.serve(
                 directory.clone(),
-                store.clone(),
+                Some(metalherd::discovery::spawn(store.clone(), c.clone())),
                 recorder.clone(),
                 Default::default(),
                 c.clone(),

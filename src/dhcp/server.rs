@@ -18,7 +18,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use super::config::{DhcpMode, DhcpSettings};
-use super::discovery;
+use super::discovery::DiscoveredClient;
 use super::lease::{LeaseTable, LeaseWrite};
 use super::lease_store::{DEFAULT_RECORDS, LeaseStore, LeaseStoreError};
 use super::lease_view::LeaseView;
@@ -28,7 +28,6 @@ use super::persist::{Held, Outbox, Persister};
 use super::policy::{Notice, Outcome, Policy, Via};
 use crate::api::BootEvent;
 use crate::directory::{BootRecorder, Directory};
-use crate::store::Store;
 
 pub use super::lease_store::LEASE_FILE;
 /// Datagrams read before their lease writes are persisted and the replies
@@ -218,7 +217,7 @@ impl BoundServer {
     pub async fn serve(
         self,
         directory: Directory,
-        store: Arc<dyn Store>,
+        discovered: Option<mpsc::Sender<DiscoveredClient>>,
         recorder: BootRecorder,
         metrics: DhcpMetrics,
         cancel: CancellationToken,
@@ -234,8 +233,7 @@ impl BoundServer {
             mut release_rx,
         } = self;
         drop(release_tx);
-        let disc_tx = (policy.cfg.discovery && policy.cfg.record_discovered)
-            .then(|| discovery::spawn(store, cancel.clone()));
+        let disc_tx = discovered.filter(|_| policy.cfg.discovery && policy.cfg.record_discovered);
         let out = Outbox {
             sock67: sock67.clone(),
             sock4011: sock4011.clone(),
@@ -311,7 +309,7 @@ async fn recv_opt(s: Option<&UdpSocket>, b: &mut [u8]) -> io::Result<(usize, Soc
 pub async fn run(
     settings: DhcpSettings,
     directory: Directory,
-    store: Arc<dyn Store>,
+    discovered: Option<mpsc::Sender<DiscoveredClient>>,
     recorder: BootRecorder,
     data_dir: &Path,
     metrics: DhcpMetrics,
@@ -319,7 +317,7 @@ pub async fn run(
 ) -> Result<(), DhcpError> {
     BoundServer::bind(settings, data_dir)
         .await?
-        .serve(directory, store, recorder, metrics, cancel)
+        .serve(directory, discovered, recorder, metrics, cancel)
         .await
 }
 
@@ -327,7 +325,7 @@ struct Handler<'a> {
     policy: &'a Policy,
     directory: &'a Directory,
     recorder: &'a BootRecorder,
-    disc_tx: Option<&'a mpsc::Sender<super::policy::Discovered>>,
+    disc_tx: Option<&'a mpsc::Sender<DiscoveredClient>>,
     metrics: &'a DhcpMetrics,
     out: &'a Outbox,
 }
@@ -396,7 +394,7 @@ impl Handler<'_> {
             record_notice(self.recorder, n);
         }
         if let (Some(d), Some(tx)) = (out.discovered, self.disc_tx)
-            && tx.try_send(d).is_err()
+            && tx.try_send(d.into()).is_err()
         {
             m.discovered_dropped.inc();
         }

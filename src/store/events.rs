@@ -7,7 +7,8 @@ use jiff::Timestamp;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use sha2::{Digest, Sha256};
 
-use super::typed::{TypedStore, from_value, to_value};
+use super::modify::{Target, modify_obj};
+use super::typed::from_value;
 use super::{ListOptions, Store, StoreError};
 use crate::api::event::{EventSource, InvolvedObject};
 use crate::api::{Event, Kind};
@@ -38,8 +39,8 @@ pub struct Regarding {
 }
 
 /// Record (or fold into an existing) event. Conflicts from concurrent
-/// recorders are retried a few times; events are best-effort and never fail
-/// the caller's work, so the error is returned for logging only.
+/// recorders are retried ([`super::modify`]); events are best-effort and
+/// never fail the caller's work, so the error is returned for logging only.
 pub async fn record(
     store: &dyn Store,
     about: &Regarding,
@@ -55,19 +56,19 @@ pub async fn record(
     let digest = hex::encode(&h.finalize()[..6]);
     let name = format!("{}.{}", about.name, digest);
     let now = Timestamp::now();
-    for _ in 0..5 {
-        match store.get_obj::<Event>(&about.namespace, &name).await {
-            Ok(mut ev) => {
-                ev.count = ev.count.saturating_add(1);
-                ev.last_timestamp = Some(now);
-                match store.update(Kind::Event, to_value(&ev)?).await {
-                    Ok(_) => return Ok(()),
-                    Err(e) if e.is_conflict() => continue,
-                    Err(e) => return Err(e),
+    modify_obj::<Event>(
+        store,
+        &about.namespace,
+        &name,
+        Target::ObjectOrCreate,
+        |cur| {
+            Ok(Some(match cur {
+                Some(mut ev) => {
+                    ev.count = ev.count.saturating_add(1);
+                    ev.last_timestamp = Some(now);
+                    ev
                 }
-            }
-            Err(e) if e.is_not_found() => {
-                let ev = Event {
+                None => Event {
                     api_version: "v1".into(),
                     kind: "Event".into(),
                     metadata: ObjectMeta {
@@ -91,17 +92,12 @@ pub async fn record(
                     source: Some(EventSource {
                         component: "metalherd".into(),
                     }),
-                };
-                match store.create(Kind::Event, to_value(&ev)?).await {
-                    Ok(_) => return Ok(()),
-                    Err(StoreError::AlreadyExists { .. }) => continue,
-                    Err(e) => return Err(e),
-                }
-            }
-            Err(e) => return Err(e),
-        }
-    }
-    Ok(())
+                },
+            }))
+        },
+    )
+    .await
+    .map(|_| ())
 }
 
 /// Events about one object, oldest first by last occurrence.

@@ -1,20 +1,33 @@
 //! The object store: a Kubernetes-shaped keeper of objects with optimistic
 //! concurrency, generations, finalizers, label selectors and resumable
-//! watches. Controllers and the API talk only to the [`Store`] trait; the
-//! embedded (redb) backend is the default and a kube-rs backend implements
-//! the same semantics against a cluster.
+//! watches. Controllers, the API and the boot services talk only to the
+//! [`Store`] trait; [`open`] picks the backend from a [`StoreConfig`].
+//!
+//! Backends today: [`embedded`] (one redb file in the data directory, what
+//! `metalherd serve` uses) and [`memory`] (in-process, the test double; with
+//! [`memory::Faults`] to script failures). Both take their object semantics
+//! from [`semantics`] and pass one shared test suite (`tests.rs`), which a
+//! later backend runs too. Helpers built only on the trait: [`modify`]
+//! (read, change, write, retry on conflict), [`reflect`] (list, watch,
+//! relist), [`typed`] and [`events`].
 //!
 //! Objects travel as `serde_json::Value` so one trait (object-safe, usable as
-//! `Arc<dyn Store>`) serves every kind; [`typed`] adds typed helpers.
+//! `Arc<dyn Store>`) serves every kind. `resourceVersion` is an opaque string
+//! to callers, as in Kubernetes: only the backend that issued it compares or
+//! parses it.
 
 pub mod embedded;
 pub mod events;
+pub mod memory;
+pub mod modify;
+pub mod reflect;
 pub mod selector;
 pub mod semantics;
 pub mod typed;
-mod writer;
 
+use std::path::PathBuf;
 use std::pin::Pin;
+use std::sync::Arc;
 
 use async_trait::async_trait;
 use futures::Stream;
@@ -59,7 +72,9 @@ pub enum StoreError {
     #[error(
         "resourceVersion {requested} is too old (oldest kept is {oldest}); list again and watch from the list's resourceVersion"
     )]
-    Gone { requested: u64, oldest: u64 },
+    Gone { requested: String, oldest: String },
+    #[error("resourceVersion {0:?} is not one this store gives out")]
+    BadResourceVersion(String),
     #[error("malformed object: {0}")]
     Malformed(String),
     #[error("store backend: {0}")]
@@ -97,7 +112,8 @@ impl ListOptions {
 #[derive(Clone, Debug, Default)]
 pub struct ObjectList {
     pub items: Vec<Value>,
-    pub resource_version: u64,
+    /// Opaque: pass it back to [`Store::watch`], never compare it.
+    pub resource_version: String,
 }
 
 /// One change seen by a watch.
@@ -122,9 +138,9 @@ impl WatchEvent {
             WatchEvent::Deleted(_) => "DELETED",
         }
     }
-    /// The resourceVersion the change produced.
-    pub fn resource_version(&self) -> u64 {
-        resource_version_of(self.object()).unwrap_or(0)
+    /// The resourceVersion the change produced (opaque).
+    pub fn resource_version(&self) -> Option<&str> {
+        resource_version_of(self.object())
     }
 }
 
@@ -153,7 +169,9 @@ pub enum Deleted {
 /// - `update_status` changes only status (same conflict rule).
 /// - `delete` removes, or only marks when finalizers remain.
 /// - `watch` from a resourceVersion yields every change after it, in order,
-///   none twice; from `None` it starts at the current version.
+///   none twice; from `None` it starts at the current version. A version
+///   older than the backend keeps is `Gone`; one it never gave out is
+///   `BadResourceVersion`.
 #[async_trait]
 pub trait Store: Send + Sync + 'static {
     async fn get(&self, kind: Kind, namespace: &str, name: &str) -> Result<Value, StoreError>;
@@ -177,15 +195,33 @@ pub trait Store: Send + Sync + 'static {
         &self,
         kind: Kind,
         opts: &ListOptions,
-        from: Option<u64>,
+        from: Option<&str>,
     ) -> Result<WatchStream, StoreError>;
 }
 
-/// `metadata.resourceVersion` as a number, when present and numeric.
-pub fn resource_version_of(obj: &Value) -> Option<u64> {
+/// Which backend to open, and where.
+#[derive(Clone, Debug)]
+#[non_exhaustive]
+pub enum StoreConfig {
+    /// One redb file (created when missing).
+    Embedded { path: PathBuf },
+    /// In-process only; everything is lost when the process ends.
+    Memory,
+}
+
+/// Open the configured backend.
+pub fn open(config: &StoreConfig) -> Result<Arc<dyn Store>, StoreError> {
+    Ok(match config {
+        StoreConfig::Embedded { path } => Arc::new(embedded::EmbeddedStore::open(path)?),
+        StoreConfig::Memory => Arc::new(memory::MemoryStore::new()),
+    })
+}
+
+/// `metadata.resourceVersion`, when present (opaque).
+pub fn resource_version_of(obj: &Value) -> Option<&str> {
     obj.pointer("/metadata/resourceVersion")
         .and_then(Value::as_str)
-        .and_then(|s| s.parse().ok())
+        .filter(|s| !s.is_empty())
 }
 
 /// `(namespace, name)` of an object, with the default namespace filled in.

@@ -66,53 +66,14 @@ impl TftpEvents for BootTimeline {
 
 #[cfg(test)]
 mod tests {
-    use std::sync::{Arc, Mutex};
+    use std::sync::Arc;
 
-    use async_trait::async_trait;
-    use serde_json::Value;
     use tokio_util::sync::CancellationToken;
 
     use super::*;
-    use crate::api::{Kind, Machine, MachineNetwork, MachineSpec};
-    use crate::store::{Deleted, ListOptions, ObjectList, Store, StoreError, WatchStream};
-
-    /// Holds one Machine; only `get` and `update_status` are expected.
-    struct OneMachine(Mutex<Value>);
-
-    fn unexpected() -> StoreError {
-        StoreError::Backend("unexpected call".into())
-    }
-
-    #[async_trait]
-    impl Store for OneMachine {
-        async fn get(&self, _: Kind, _: &str, _: &str) -> Result<Value, StoreError> {
-            Ok(self.0.lock().unwrap().clone())
-        }
-        async fn list(&self, _: Kind, _: &ListOptions) -> Result<ObjectList, StoreError> {
-            Err(unexpected())
-        }
-        async fn create(&self, _: Kind, _: Value) -> Result<Value, StoreError> {
-            Err(unexpected())
-        }
-        async fn update(&self, _: Kind, _: Value) -> Result<Value, StoreError> {
-            Err(unexpected())
-        }
-        async fn update_status(&self, _: Kind, obj: Value) -> Result<Value, StoreError> {
-            *self.0.lock().unwrap() = obj.clone();
-            Ok(obj)
-        }
-        async fn delete(&self, _: Kind, _: &str, _: &str) -> Result<Deleted, StoreError> {
-            Err(unexpected())
-        }
-        async fn watch(
-            &self,
-            _: Kind,
-            _: &ListOptions,
-            _: Option<u64>,
-        ) -> Result<WatchStream, StoreError> {
-            Err(unexpected())
-        }
-    }
+    use crate::api::{Machine, MachineNetwork, MachineSpec};
+    use crate::store::TypedStore;
+    use crate::store::memory::MemoryStore;
 
     #[tokio::test]
     async fn completed_transfers_become_tftp_steps_of_the_machine_at_that_address() {
@@ -131,7 +92,10 @@ mod tests {
         let directory = Directory::new();
         directory.upsert(&m);
         assert!(directory.by_ip(&"10.20.0.7".parse().unwrap()).is_some());
-        let store = Arc::new(OneMachine(Mutex::new(serde_json::to_value(&m).unwrap())));
+        m.spec.bmc.address = "ipmi://10.20.0.2".into();
+        m.spec.bmc.credentials_secret_ref.name = "bmc".into();
+        let store = Arc::new(MemoryStore::new());
+        store.create_obj(&m).await.unwrap();
         let cancel = CancellationToken::new();
         let timeline = BootTimeline {
             directory,
@@ -150,8 +114,7 @@ mod tests {
         let history = loop {
             tries += 1;
             assert!(tries < 3000, "the step was never recorded");
-            let v = store.0.lock().unwrap().clone();
-            let m: Machine = serde_json::from_value(v).unwrap();
+            let m: Machine = store.get_obj("default", "node-1").await.unwrap();
             let h = m.status.unwrap_or_default().boot_history;
             if !h.is_empty() {
                 break h;

@@ -1,74 +1,16 @@
-//! The feed against a scripted store: list, watch from the list's version,
-//! relist after a watch error.
+//! The feed against the in-memory store, with scripted failures: list,
+//! watch from the list's version, relist after a watch error.
 
-use std::collections::VecDeque;
-use std::sync::Mutex;
-
-use async_trait::async_trait;
 use serde_json::json;
 
 use super::*;
-use crate::store::{Deleted, ObjectList, WatchEvent, WatchStream};
-
-type WatchScript = Result<Vec<Result<WatchEvent, StoreError>>, StoreError>;
-
-/// Answers lists and watches from scripts; any other call is a failure.
-#[derive(Default)]
-struct ScriptedStore {
-    lists: Mutex<VecDeque<Result<ObjectList, StoreError>>>,
-    watches: Mutex<VecDeque<WatchScript>>,
-    watched_from: Mutex<Vec<Option<u64>>>,
-}
+use crate::store::StoreError;
+use crate::store::memory::{Faults, MemoryStore, Op};
 
 fn machine(name: &str) -> Value {
     json!({"apiVersion": "metalherd.dev/v1alpha1", "kind": "Machine",
-           "metadata": {"name": name, "namespace": "rack1"}})
-}
-
-fn unexpected() -> StoreError {
-    StoreError::Backend("unexpected call".into())
-}
-
-#[async_trait]
-impl Store for ScriptedStore {
-    async fn get(&self, _: Kind, _: &str, _: &str) -> Result<Value, StoreError> {
-        Err(unexpected())
-    }
-    async fn list(&self, kind: Kind, _: &ListOptions) -> Result<ObjectList, StoreError> {
-        assert_eq!(kind, Kind::Machine);
-        self.lists
-            .lock()
-            .unwrap()
-            .pop_front()
-            .unwrap_or_else(|| Err(unexpected()))
-    }
-    async fn create(&self, _: Kind, _: Value) -> Result<Value, StoreError> {
-        Err(unexpected())
-    }
-    async fn update(&self, _: Kind, _: Value) -> Result<Value, StoreError> {
-        Err(unexpected())
-    }
-    async fn update_status(&self, _: Kind, _: Value) -> Result<Value, StoreError> {
-        Err(unexpected())
-    }
-    async fn delete(&self, _: Kind, _: &str, _: &str) -> Result<Deleted, StoreError> {
-        Err(unexpected())
-    }
-    async fn watch(
-        &self,
-        _: Kind,
-        _: &ListOptions,
-        from: Option<u64>,
-    ) -> Result<WatchStream, StoreError> {
-        self.watched_from.lock().unwrap().push(from);
-        let script = self.watches.lock().unwrap().pop_front();
-        match script {
-            Some(Ok(events)) => Ok(Box::pin(futures::stream::iter(events))),
-            Some(Err(e)) => Err(e),
-            // No more scripts: a watch that stays open with nothing to say.
-            None => Ok(Box::pin(futures::stream::pending())),
-        }
-    }
+           "metadata": {"name": name, "namespace": "rack1"},
+           "spec": {"bmc": {"address": "ipmi://10.0.0.5", "credentialsSecretRef": {"name": "bmc"}}}})
 }
 
 async fn keys_within(
@@ -87,27 +29,15 @@ async fn keys_within(
 
 #[tokio::test(start_paused = true)]
 async fn lists_then_watches_from_the_lists_version_and_relists_on_error() {
-    let store = Arc::new(ScriptedStore::default());
-    store.lists.lock().unwrap().extend([
-        Ok(ObjectList {
-            items: vec![machine("m1"), machine("m2")],
-            resource_version: 10,
-        }),
-        Err(StoreError::Backend("store restarting".into())),
-        Ok(ObjectList {
-            items: vec![machine("m1"), machine("m3")],
-            resource_version: 20,
-        }),
-    ]);
-    store.watches.lock().unwrap().extend([Ok(vec![
-        Ok(WatchEvent::Modified(machine("m1"))),
-        Ok(WatchEvent::Added(machine("m3"))),
-        Ok(WatchEvent::Deleted(machine("m2"))),
-        Err(StoreError::Gone {
-            requested: 10,
-            oldest: 15,
-        }),
-    ])]);
+    let memory = Arc::new(MemoryStore::new());
+    memory.create(Kind::Machine, machine("m1")).await.unwrap();
+    memory.create(Kind::Machine, machine("m2")).await.unwrap();
+    let first = memory
+        .list(Kind::Machine, &ListOptions::default())
+        .await
+        .unwrap()
+        .resource_version;
+    let store = Arc::new(Faults::new(memory.clone()));
     let (queue, mut rx) = QueueHandle::channel();
     let cancel = CancellationToken::new();
     let task = tokio::spawn(feed(
@@ -119,14 +49,32 @@ async fn lists_then_watches_from_the_lists_version_and_relists_on_error() {
         Duration::from_secs(1),
         cancel.clone(),
     ));
-    let keys = keys_within(&mut rx, 7).await;
+    let mut keys = keys_within(&mut rx, 2).await;
+    let mut m1 = memory.get(Kind::Machine, "rack1", "m1").await.unwrap();
+    m1["metadata"]["labels"] = json!({"rack": "r1"});
+    memory.update(Kind::Machine, m1).await.unwrap();
+    memory.create(Kind::Machine, machine("m3")).await.unwrap();
+    memory.delete(Kind::Machine, "rack1", "m2").await.unwrap();
+    keys.extend(keys_within(&mut rx, 3).await);
+    // The store restarts: the watch is cut off and the first list fails.
+    store.fail_next(Op::List, StoreError::Backend("store restarting".into()));
+    store.break_watches(|| StoreError::Gone {
+        requested: "1".into(),
+        oldest: "5".into(),
+    });
+    keys.extend(keys_within(&mut rx, 2).await);
     assert_eq!(
         keys,
         [
             "rack1/m1", "rack1/m2", "rack1/m1", "rack1/m3", "rack1/m2", "rack1/m1", "rack1/m3"
         ]
     );
-    assert_eq!(*store.watched_from.lock().unwrap(), [Some(10), Some(20)]);
+    let second = memory
+        .list(Kind::Machine, &ListOptions::default())
+        .await
+        .unwrap()
+        .resource_version;
+    assert_eq!(store.watched_from(), [Some(first), Some(second)]);
     assert!(keys_within(&mut rx, 1).await.is_empty(), "nothing more");
     cancel.cancel();
     task.await.unwrap();
@@ -134,11 +82,11 @@ async fn lists_then_watches_from_the_lists_version_and_relists_on_error() {
 
 #[tokio::test(start_paused = true)]
 async fn a_mapping_can_fan_one_object_out_to_several_keys() {
-    let store = Arc::new(ScriptedStore::default());
-    store.lists.lock().unwrap().push_back(Ok(ObjectList {
-        items: vec![json!({"metadata": {"name": "workers"}})],
-        resource_version: 1,
-    }));
+    let store = Arc::new(MemoryStore::new());
+    store
+        .create(Kind::Machine, machine("workers"))
+        .await
+        .unwrap();
     let map: KeyMap<ObjectKey> = Arc::new(|v| {
         let class = v
             .pointer("/metadata/name")

@@ -15,7 +15,7 @@ use super::normalize::normalize;
 use super::{ApiError, ApiState, Group};
 use crate::api::Kind;
 use crate::api::validate::validate;
-use crate::store::{Deleted, ListOptions, Selector, resource_version_of};
+use crate::store::{Deleted, ListOptions, Selector, StoreError, modify, resource_version_of};
 
 /// Query parameters of lists and watches.
 #[derive(Debug, Default, Deserialize)]
@@ -83,11 +83,11 @@ async fn list_or_watch(st: ApiState, kind: Kind, ns: Option<String>, q: ListQuer
         selector,
     };
     if matches!(q.watch.as_deref(), Some("true" | "1")) {
-        let from = match q.resource_version.as_deref() {
-            None | Some("" | "0") => None,
-            Some(s) => Some(s.parse::<u64>().map_err(|_| {
-                ApiError::bad_request(format!("resourceVersion {s:?} is not a number"))
-            })?),
+        // "0" asks for "any version" in Kubernetes: start from now.
+        let from = match q.resource_version {
+            None => None,
+            Some(s) if s.is_empty() || s == "0" => None,
+            Some(s) => Some(s),
         };
         return super::watch::watch(st, kind, opts, from, q.timeout_seconds).await;
     }
@@ -95,7 +95,7 @@ async fn list_or_watch(st: ApiState, kind: Kind, ns: Option<String>, q: ListQuer
     let body = json!({
         "apiVersion": kind.api_version(),
         "kind": format!("{kind}List"),
-        "metadata": {"resourceVersion": list.resource_version.to_string()},
+        "metadata": {"resourceVersion": list.resource_version},
         "items": list.items,
     });
     Ok(ok_json(StatusCode::OK, &body))
@@ -311,10 +311,17 @@ async fn merge_patch(
     }
     let patch = parse_body(body)?;
     let precondition = resource_version_of(&patch).is_some();
-    let mut attempt = 0;
-    loop {
-        attempt += 1;
-        let current = st.store.get(kind, ns, name).await?;
+    // A client-given resourceVersion is a precondition: one attempt only.
+    let attempts = if precondition { 1 } else { modify::ATTEMPTS };
+    let target = if status {
+        modify::Target::Status
+    } else {
+        modify::Target::Object
+    };
+    let written = modify::modify(&*st.store, kind, ns, name, target, attempts, |current| {
+        let Some(current) = current else {
+            return Ok(None);
+        };
         let mut merged = current.clone();
         json_patch::merge(&mut merged, &patch);
         if !precondition
@@ -326,17 +333,17 @@ async fn merge_patch(
             m.insert("resourceVersion".into(), rv);
         }
         conform(kind, ns, Some(name), &mut merged)?;
-        let merged = checked(kind, &merged)?;
-        let res = if status {
-            st.store.update_status(kind, merged).await
-        } else {
-            st.store.update(kind, merged).await
-        };
-        match res {
-            Ok(v) => return Ok(ok_json(StatusCode::OK, &v)),
-            Err(e) if e.is_conflict() && !precondition && attempt < 5 => continue,
-            Err(e) => return Err(e.into()),
+        Ok::<_, ApiError>(Some(checked(kind, &merged)?))
+    })
+    .await?;
+    match written {
+        Some(v) => Ok(ok_json(StatusCode::OK, &v)),
+        None => Err(StoreError::NotFound {
+            kind,
+            namespace: ns.to_string(),
+            name: name.to_string(),
         }
+        .into()),
     }
 }
 

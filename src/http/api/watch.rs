@@ -26,7 +26,7 @@ pub async fn watch(
     st: ApiState,
     kind: Kind,
     opts: ListOptions,
-    from: Option<u64>,
+    from: Option<String>,
     timeout_seconds: Option<u64>,
 ) -> Result<Response, ApiError> {
     let (initial, from) = match from {
@@ -38,7 +38,7 @@ pub async fn watch(
     };
     // Open the store watch before answering so a bad version is a plain
     // HTTP error rather than an ERROR event.
-    let changes = st.store.watch(kind, &opts, Some(from)).await?;
+    let changes = st.store.watch(kind, &opts, Some(&from)).await?;
     let added = stream::iter(initial.into_iter().map(|o| Ok(line("ADDED", &o))));
     let changes = changes
         .map(|r| match r {

@@ -34,6 +34,7 @@ use tokio_util::sync::CancellationToken;
 use crate::api::{BootEvent, Kind, Machine, MachineClass};
 use crate::directory::{BootRecorder, Directory, MachineEntry};
 use crate::store::events::{EventType, Regarding, record};
+use crate::store::modify::{Target, modify_obj};
 use crate::store::{Store, StoreError, TypedStore};
 
 pub use access::LeaseLookup;
@@ -261,22 +262,15 @@ pub async fn update_boot(
     boot_id: &str,
     f: impl Fn(&mut crate::api::BootRecord) -> bool,
 ) -> Result<bool, StoreError> {
-    let mut last = None;
-    for _ in 0..10 {
-        let mut m: Machine = store.get_obj(ns, name).await?;
+    let written = modify_obj::<Machine>(store, ns, name, Target::Status, |m| {
+        let Some(mut m) = m else { return Ok(None) };
         let Some(b) = m.status.as_mut().and_then(|s| s.boot.as_mut()) else {
-            return Ok(false);
+            return Ok(None);
         };
-        if b.id != boot_id || !f(b) {
-            return Ok(false);
-        }
-        match store.update_status_obj(&m).await {
-            Ok(_) => return Ok(true),
-            Err(e) if e.is_conflict() => last = Some(e),
-            Err(e) => return Err(e),
-        }
-    }
-    Err(last.unwrap_or_else(|| StoreError::Backend("retries exhausted".into())))
+        Ok((b.id == boot_id && f(b)).then_some(m))
+    })
+    .await?;
+    Ok(written.is_some())
 }
 
 /// A plain-text response.

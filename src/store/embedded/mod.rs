@@ -1,57 +1,41 @@
 //! The embedded store: one crash-safe, transactional redb file in the data
 //! directory. Every write updates the object and appends the change to a
 //! log keyed by resourceVersion in one redb transaction (writes arriving
-//! together share a transaction and its fsync: [`super::writer`]); watches
-//! replay
-//! that log from the version they ask for and then follow live changes, so
+//! together share a transaction and its fsync: [`writer`]); watches
+//! replay that log from the version they ask for and then follow live changes, so
 //! a watcher that reconnects misses nothing and sees nothing twice.
 //!
 //! Object semantics (resourceVersion, generation, finalizers) live in
-//! [`super::semantics`]; this file only moves them in and out of redb.
+//! [`super::semantics`]; this module only moves them in and out of redb.
+//! resourceVersions are the log's keys (a `u64` counter), shown to callers
+//! as decimal strings.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
+use redb::{Database, ReadableDatabase};
 use serde_json::Value;
 use tokio::sync::{broadcast, mpsc};
 
+mod tables;
+mod writer;
+
+use tables::{Inner, LOG, META, OBJECTS, backend, last_rv, read_log};
+use writer::Writer;
+
 use super::semantics::{self, Change};
-use super::writer::Writer;
 use super::{Deleted, ListOptions, ObjectList, Store, StoreError, WatchEvent, WatchStream};
 use crate::api::Kind;
 
-/// `kind \0 namespace \0 name` -> object JSON.
-pub(super) const OBJECTS: TableDefinition<&str, &[u8]> = TableDefinition::new("objects");
-/// resourceVersion -> change record JSON (`{"k":kind,"t":type,"o":object}`).
-pub(super) const LOG: TableDefinition<u64, &[u8]> = TableDefinition::new("log");
-/// Counters: `rv` (last resourceVersion).
-pub(super) const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
-
-/// How many changes the log keeps for watch resumption. Each record holds
-/// the whole object, so this bounds the file (a watcher further behind
-/// gets `Gone` and lists again, as with Kubernetes' compaction).
-const LOG_KEEP: u64 = 50_000;
 /// redb's page cache (its default is 1 GiB, which a busy store fills with
 /// log pages nobody reads again).
 const CACHE_BYTES: usize = 64 << 20;
-/// Prune the log every this many writes.
-const PRUNE_EVERY: u64 = 1_000;
 
-/// A change as broadcast to live watchers.
-#[derive(Clone, Debug)]
-pub(super) struct Broadcast {
-    pub(super) kind: Kind,
-    pub(super) rv: u64,
-    pub(super) event: WatchEvent,
-}
-
-pub(super) struct Inner {
-    pub(super) db: Database,
-    /// Live changes, sent by the writer thread in resourceVersion order.
-    pub(super) tx: broadcast::Sender<Broadcast>,
-    path: PathBuf,
+/// Parse a resourceVersion this backend gave out.
+fn parse_rv(s: &str) -> Result<u64, StoreError> {
+    s.parse()
+        .map_err(|_| StoreError::BadResourceVersion(s.to_string()))
 }
 
 /// The default store of `metalherd serve`.
@@ -59,10 +43,6 @@ pub(super) struct Inner {
 pub struct EmbeddedStore {
     inner: Arc<Inner>,
     writer: Arc<Writer>,
-}
-
-pub(super) fn backend<E: std::fmt::Display>(e: E) -> StoreError {
-    StoreError::Backend(e.to_string())
 }
 
 fn obj_key(kind: Kind, ns: &str, name: &str) -> String {
@@ -132,77 +112,6 @@ impl EmbeddedStore {
         let key = obj_key(kind, &ns, &name);
         self.writer.submit(kind, key, Box::new(decide)).await
     }
-
-    /// Log records after `from` (exclusive), in order, for one kind.
-    fn read_log(
-        inner: &Inner,
-        kind: Kind,
-        from: u64,
-    ) -> Result<(Vec<(u64, WatchEvent)>, u64), StoreError> {
-        let r = inner.db.begin_read().map_err(backend)?;
-        let log = r.open_table(LOG).map_err(backend)?;
-        let meta = r.open_table(META).map_err(backend)?;
-        let last = meta
-            .get("rv")
-            .map_err(backend)?
-            .map(|g| g.value())
-            .unwrap_or(0);
-        if from < last {
-            let oldest = log
-                .first()
-                .map_err(backend)?
-                .map(|(k, _)| k.value())
-                .unwrap_or(last + 1);
-            if from + 1 < oldest {
-                return Err(StoreError::Gone {
-                    requested: from,
-                    oldest,
-                });
-            }
-        }
-        let mut out = Vec::new();
-        for item in log.range(from + 1..).map_err(backend)? {
-            let (k, v) = item.map_err(backend)?;
-            let rec: Value = serde_json::from_slice(v.value()).map_err(backend)?;
-            if rec.get("k").and_then(Value::as_str) != Some(kind.as_str()) {
-                continue;
-            }
-            let obj = rec.get("o").cloned().unwrap_or(Value::Null);
-            let ev = match rec.get("t").and_then(Value::as_str) {
-                Some("ADDED") => WatchEvent::Added(obj),
-                Some("DELETED") => WatchEvent::Deleted(obj),
-                _ => WatchEvent::Modified(obj),
-            };
-            out.push((k.value(), ev));
-        }
-        Ok((out, last))
-    }
-}
-
-pub(super) fn append_log(
-    log: &mut redb::Table<u64, &[u8]>,
-    kind: Kind,
-    rv: u64,
-    ev: &WatchEvent,
-) -> Result<(), StoreError> {
-    let rec = serde_json::json!({"k": kind.as_str(), "t": ev.type_str(), "o": ev.object()});
-    let bytes = serde_json::to_vec(&rec).map_err(backend)?;
-    log.insert(rv, bytes.as_slice()).map_err(backend)?;
-    Ok(())
-}
-
-/// Trim the log once per `PRUNE_EVERY` writes (when a commit that took the
-/// version from `from` to `rv` crossed a multiple of it).
-pub(super) fn prune(
-    log: &mut redb::Table<u64, &[u8]>,
-    from: u64,
-    rv: u64,
-) -> Result<(), StoreError> {
-    if rv / PRUNE_EVERY != from / PRUNE_EVERY && rv > LOG_KEEP {
-        let cut = rv - LOG_KEEP;
-        log.retain_in(..cut, |_, _| false).map_err(backend)?;
-    }
-    Ok(())
 }
 
 fn matches_ns(obj: &Value, ns: Option<&str>) -> bool {
@@ -280,7 +189,7 @@ impl Store for EmbeddedStore {
             }
             Ok(ObjectList {
                 items,
-                resource_version: rv,
+                resource_version: rv.to_string(),
             })
         })
         .await
@@ -336,31 +245,19 @@ impl Store for EmbeddedStore {
         &self,
         kind: Kind,
         opts: &ListOptions,
-        from: Option<u64>,
+        from: Option<&str>,
     ) -> Result<WatchStream, StoreError> {
         // Subscribe before reading the log so nothing falls between them.
         let mut live = self.inner.tx.subscribe();
         let from = match from {
-            Some(f) => f,
-            None => {
-                self.blocking(|inner| {
-                    let r = inner.db.begin_read().map_err(backend)?;
-                    let meta = r.open_table(META).map_err(backend)?;
-                    Ok(meta
-                        .get("rv")
-                        .map_err(backend)?
-                        .map(|g| g.value())
-                        .unwrap_or(0))
-                })
-                .await?
-            }
+            Some(f) => parse_rv(f)?,
+            None => self.blocking(last_rv).await?,
         };
         // Check `from` now so a too-old version is an error of the call.
         let inner = self.inner.clone();
-        let (backlog, _) =
-            tokio::task::spawn_blocking(move || EmbeddedStore::read_log(&inner, kind, from))
-                .await
-                .map_err(|e| StoreError::Backend(e.to_string()))??;
+        let backlog = tokio::task::spawn_blocking(move || read_log(&inner, kind, from))
+            .await
+            .map_err(|e| StoreError::Backend(e.to_string()))??;
         let (tx, rx) = mpsc::channel::<Result<WatchEvent, StoreError>>(256);
         let opts = opts.clone();
         let inner = self.inner.clone();
@@ -390,12 +287,10 @@ impl Store for EmbeddedStore {
                     Err(broadcast::error::RecvError::Lagged(_)) => {
                         // Too slow for the live feed: catch up from the log.
                         let inner2 = inner.clone();
-                        let r = tokio::task::spawn_blocking(move || {
-                            EmbeddedStore::read_log(&inner2, kind, seen)
-                        })
-                        .await;
+                        let r = tokio::task::spawn_blocking(move || read_log(&inner2, kind, seen))
+                            .await;
                         match r {
-                            Ok(Ok((evs, _))) => pending = evs,
+                            Ok(Ok(evs)) => pending = evs,
                             Ok(Err(e)) => {
                                 let _ = tx.send(Err(e)).await;
                                 return;
@@ -413,3 +308,7 @@ impl Store for EmbeddedStore {
         Ok(Box::pin(tokio_stream::wrappers::ReceiverStream::new(rx)))
     }
 }
+
+#[cfg(test)]
+#[path = "writer_tests.rs"]
+mod writer_tests;

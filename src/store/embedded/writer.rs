@@ -20,10 +20,10 @@ use redb::{ReadableTable, WriteTransaction};
 use serde_json::Value;
 use tokio::sync::oneshot;
 
-use super::embedded::{Broadcast, Inner, LOG, META, OBJECTS, append_log, backend, prune};
-use super::semantics::Change;
-use super::{StoreError, WatchEvent};
+use super::tables::{Broadcast, Inner, LOG, META, OBJECTS, append_log, backend, prune};
 use crate::api::Kind;
+use crate::store::semantics::Change;
+use crate::store::{StoreError, WatchEvent};
 
 /// Most writes one transaction takes (bounds a commit's size and latency).
 const MAX_BATCH: usize = 256;
