@@ -310,5 +310,4 @@ impl Store for EmbeddedStore {
 }
 
 #[cfg(test)]
-#[path = "writer_tests.rs"]
-mod writer_tests;
+mod tests;
