@@ -8,6 +8,12 @@
 //! verifies every action: boot overrides are read back, power actions are
 //! polled until reached. Credentials are used only for the handshake's key
 //! computations; nothing here logs them or puts them in an error.
+//!
+//! The driver is written here rather than on the `ipmi-rs` crate: that
+//! crate has no cipher suite 17 (its SHA-256 path is unimplemented), insists
+//! on an ASF presence ping that pyghmi's BMC and some real ones never
+//! answer, blocks a thread per call, and offers no typed chassis commands,
+//! which are most of what provisioning sends.
 
 pub mod client;
 pub mod commands;
