@@ -2,6 +2,8 @@
 //! small files, and the module seams that let the protocol subsystems become
 //! crates of their own (they never reach into the controller or the store).
 
+#![allow(clippy::panic)]
+
 use std::path::{Path, PathBuf};
 
 /// Past this many lines a file is split (CONVENTIONS: "past 600 split").
