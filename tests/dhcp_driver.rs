@@ -6,6 +6,7 @@
 
 mod common;
 
+use dhcproto::v4::MessageType;
 use std::net::{Ipv4Addr, SocketAddr};
 use std::path::Path;
 use std::time::Duration;
@@ -351,4 +352,45 @@ fn proxy_dhcp_next_to_dnsmasq_gives_boot_file_not_address() {
     assert_eq!(from, SocketAddr::from((Ipv4Addr::new(10, 77, 0, 1), 4011)));
     assert_eq!(pa.yiaddr(), Ipv4Addr::UNSPECIFIED);
     assert_eq!(dhcp_clients::boot_file(&pa).as_deref(), Some("ipxe.efi"));
+}
+
+#[test]
+fn request_for_a_never_offered_free_address_is_naked_and_not_bound() {
+    let pair = VethPair::new("10.77.0.1/24", None);
+    let dir = tempfile::tempdir().unwrap();
+    let _srv = serve(
+        &pair.server.name,
+        &config(&pair.server_if, "discovery: {enabled: true}\n"),
+        Directory::new(),
+        dir.path(),
+    );
+    let iface = pair.client_if.clone();
+    let (steer, offer) = dhcp_clients::in_netns(&pair.client.name, move || {
+        let s = dhcp_clients::bound_socket(&iface, Ipv4Addr::UNSPECIFIED, 68);
+        let to = SocketAddr::from((Ipv4Addr::BROADCAST, 67));
+        let mac = [2, 0, 0, 0, 0, 0x43];
+        // A new client asks for a free pool address of its choosing, with
+        // no server identifier, never having been offered it.
+        let req = Req::new(3, mac).pxe(0).opt(50, &[10, 77, 0, 140]);
+        let steer = dhcp_clients::exchange(&s, &req, to, Duration::from_secs(3));
+        // The address stayed free: the same client's DISCOVER is offered
+        // whatever the server picks, and another client can still get 140.
+        let mut other = Req::new(1, [2, 0, 0, 0, 0, 0x44])
+            .pxe(0)
+            .opt(50, &[10, 77, 0, 140]);
+        other.xid ^= 0x0101_0101;
+        let offer = dhcp_clients::exchange(&s, &other, to, Duration::from_secs(3));
+        (steer, offer)
+    })
+    .join()
+    .unwrap();
+    let (m, _, _) = steer.expect("the server answers the steering REQUEST");
+    assert_eq!(m.opts().msg_type(), Some(MessageType::Nak));
+    let (m, _, _) = offer.expect("another client is offered");
+    assert_eq!(m.opts().msg_type(), Some(MessageType::Offer));
+    assert_eq!(
+        m.yiaddr(),
+        Ipv4Addr::new(10, 77, 0, 140),
+        "the steered address was not bound"
+    );
 }
