@@ -171,12 +171,16 @@ pub async fn serve(global: &crate::cli::GlobalArgs, args: ServeArgs) -> anyhow::
     // `tasks`.
     let controller_config = config.controller.clone().unwrap_or_default();
     let controller = controller_config.validate().context("config controller")?;
+    let bmc_settings =
+        crate::bmc::quirks::BmcSettings::try_from(config.bmc.clone().unwrap_or_default())
+            .context("config")?;
     if controller_config.enabled {
         let runner_metrics = crate::controller::runner::RunnerMetrics::default();
         registry.with_registry(|r| runner_metrics.register(r));
         crate::controller::start::start_machine_controller(
             store.clone(),
             controller,
+            bmc_settings.quirks.clone(),
             runner_metrics,
             lease_releaser.map(|r| {
                 Arc::new(r) as Arc<dyn crate::controller::machine::execute::AddressReleaser>

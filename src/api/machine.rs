@@ -184,6 +184,10 @@ pub struct MachineStatus {
     pub power_state: Option<PowerState>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub inventory: Option<Inventory>,
+    /// Names of the BMC quirk entries (built-in or from the config's
+    /// `bmc.quirks`) the driver applies to this Machine's BMC.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub bmc_quirks: Vec<String>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub addresses: Vec<MachineAddress>,
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -13,6 +13,7 @@ use async_trait::async_trait;
 use k8s_openapi::api::core::v1::Secret;
 
 use super::ipmi::{CipherSuite, IpmiBmc};
+use super::quirks::QuirkTable;
 use super::redfish::{RedfishBmc, TlsMode};
 use super::{Bmc, BmcError, Credentials, Timing};
 use crate::api::validate::{BmcAddress, parse_bmc_address};
@@ -33,11 +34,23 @@ pub trait BmcConnector: Send + Sync {
 pub struct StoreConnector {
     store: Arc<dyn Store>,
     timing: Timing,
+    quirks: Arc<QuirkTable>,
 }
 
 impl StoreConnector {
+    /// A connector matching the built-in quirks only.
     pub fn new(store: Arc<dyn Store>, timing: Timing) -> StoreConnector {
-        StoreConnector { store, timing }
+        StoreConnector {
+            store,
+            timing,
+            quirks: Arc::new(QuirkTable::builtin()),
+        }
+    }
+
+    /// Match drivers against `quirks` (built-in plus the config's).
+    pub fn with_quirks(mut self, quirks: Arc<QuirkTable>) -> StoreConnector {
+        self.quirks = quirks;
+        self
     }
 }
 
@@ -57,7 +70,7 @@ impl BmcConnector for StoreConnector {
             .await
             .map_err(|e| BmcError::Config(format!("credentials Secret: {e}")))?;
         let creds = credentials_from_secret(&secret, ns, secret_name)?;
-        connect_spec(&machine.spec.bmc, creds, self.timing).await
+        connect_spec(&machine.spec.bmc, creds, self.timing, &self.quirks).await
     }
 }
 
@@ -109,10 +122,12 @@ pub async fn connect_spec(
     spec: &BmcSpec,
     creds: Credentials,
     timing: Timing,
+    quirks: &Arc<QuirkTable>,
 ) -> Result<Box<dyn Bmc>, BmcError> {
     let opts = ConnectOptions {
         tls: tls_mode(spec)?,
         cipher_suite: spec.cipher_suite,
+        quirks: quirks.clone(),
     };
     connect_address(&spec.address, creds, &opts, timing).await
 }
@@ -124,6 +139,8 @@ pub struct ConnectOptions {
     pub tls: TlsMode,
     /// IPMI cipher suite (3 or 17); 17 when `None`.
     pub cipher_suite: Option<u8>,
+    /// Quirk table the driver matches the BMC against.
+    pub quirks: Arc<QuirkTable>,
 }
 
 impl Default for ConnectOptions {
@@ -131,6 +148,7 @@ impl Default for ConnectOptions {
         ConnectOptions {
             tls: TlsMode::SystemRoots,
             cipher_suite: None,
+            quirks: Arc::new(QuirkTable::builtin()),
         }
     }
 }
@@ -139,7 +157,7 @@ impl From<TlsMode> for ConnectOptions {
     fn from(tls: TlsMode) -> Self {
         ConnectOptions {
             tls,
-            cipher_suite: None,
+            ..ConnectOptions::default()
         }
     }
 }
@@ -158,13 +176,10 @@ pub async fn connect_address(
             if base.scheme() == "http" && !matches!(tls, TlsMode::SystemRoots) {
                 tracing::debug!(%base, "TLS settings ignored for plain http");
             }
-            Ok(Box::new(RedfishBmc::new(
-                base,
-                system_path,
-                creds,
-                tls,
-                timing,
-            )?))
+            Ok(Box::new(
+                RedfishBmc::new(base, system_path, creds, tls, timing)?
+                    .with_quirks(opts.quirks.clone()),
+            ))
         }
         BmcAddress::Ipmi { host, port } => {
             let suite = CipherSuite::try_from(opts.cipher_suite.unwrap_or(17)).map_err(|_| {
@@ -174,7 +189,9 @@ pub async fn connect_address(
                 ))
             })?;
             Ok(Box::new(
-                IpmiBmc::connect(&host, port, creds, suite, timing).await?,
+                IpmiBmc::connect(&host, port, creds, suite, timing)
+                    .await?
+                    .with_quirks(opts.quirks.clone()),
             ))
         }
     }
@@ -239,10 +256,15 @@ mod tests {
             },
             ..Default::default()
         };
-        let e = connect_spec(&spec.bmc, Credentials::new("u", "p"), Timing::default())
-            .await
-            .err()
-            .unwrap();
+        let e = connect_spec(
+            &spec.bmc,
+            Credentials::new("u", "p"),
+            Timing::default(),
+            &Arc::new(QuirkTable::builtin()),
+        )
+        .await
+        .err()
+        .unwrap();
         assert_eq!(e.reason(), "BmcConfigError");
         assert!(e.to_string().contains("cipher suite"), "{e}");
     }

@@ -13,6 +13,7 @@ use async_trait::async_trait;
 pub mod connector;
 pub mod fake;
 pub mod metrics;
+pub mod quirks;
 pub mod redfish;
 
 pub use connector::{BmcConnector, StoreConnector};
@@ -199,6 +200,11 @@ pub trait Bmc: Send + Sync {
     /// Set a one-time boot override and read it back (`BootOverrideIgnored`).
     async fn set_boot_once(&self, device: BootDevice, mode: FirmwareMode) -> Result<(), BmcError>;
     async fn inventory(&self) -> Result<Inventory, BmcError>;
+    /// Names of the quirk entries that apply to this BMC (empty: the
+    /// standard path). Drivers that match quirks connect when needed.
+    async fn applied_quirks(&self) -> Result<Vec<String>, BmcError> {
+        Ok(Vec::new())
+    }
     /// End the session (Redfish logout, IPMI close). Idempotent.
     async fn close(&self) -> Result<(), BmcError> {
         Ok(())

@@ -17,8 +17,10 @@ use crate::api::Machine;
 use crate::bmc::connector::{
     ConnectOptions, connect_address, connect_spec, credentials_from_secret,
 };
+use crate::bmc::quirks::{BmcSettings, QuirkTable};
 use crate::bmc::redfish::TlsMode;
 use crate::bmc::{Bmc, BootDevice, Credentials, FirmwareMode, PowerAction, Timing};
+use std::sync::Arc;
 
 #[derive(Debug, Args)]
 pub struct BmcArgs {
@@ -93,6 +95,10 @@ pub struct Target {
     /// IPMI cipher suite (3 or 17; 17 by default).
     #[arg(long)]
     pub cipher_suite: Option<u8>,
+    /// metalherd config file whose `bmc.quirks` entries apply (after the
+    /// built-in ones).
+    #[arg(long, env = "METALHERD_CONFIG")]
+    pub config: Option<PathBuf>,
     /// Seconds a power action may take to show in the power state.
     #[arg(long, default_value_t = 120)]
     pub power_timeout: u64,
@@ -196,6 +202,7 @@ async fn connect(global: &super::GlobalArgs, t: &Target) -> anyhow::Result<Box<d
         let opts = ConnectOptions {
             tls,
             cipher_suite: t.cipher_suite,
+            quirks: load_quirks(t.config.as_deref())?,
         };
         return Ok(connect_address(address, creds, &opts, timing(t)).await?);
     }
@@ -228,7 +235,19 @@ async fn connect_machine(
     if t.cipher_suite.is_some() {
         spec.cipher_suite = t.cipher_suite;
     }
-    Ok(connect_spec(&spec, creds, timing(t)).await?)
+    let quirks = load_quirks(t.config.as_deref())?;
+    Ok(connect_spec(&spec, creds, timing(t), &quirks).await?)
+}
+
+/// The quirk table: built-in entries, then the config file's `bmc.quirks`.
+pub fn load_quirks(config: Option<&std::path::Path>) -> anyhow::Result<Arc<QuirkTable>> {
+    let Some(path) = config else {
+        return Ok(QuirkTable::builtin().shared());
+    };
+    let file = crate::config::ConfigFile::load(path)?;
+    let settings = BmcSettings::try_from(file.bmc.unwrap_or_default())
+        .with_context(|| format!("config file {}", path.display()))?;
+    Ok(settings.quirks)
 }
 
 /// Read the Machine and its Secret through the API server.

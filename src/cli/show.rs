@@ -384,12 +384,24 @@ fn describe_status(o: &Value, now: Timestamp, out: &mut String) {
         return;
     };
     let mut rest = status.clone();
-    for k in ["conditions", "bootHistory", "lastError"] {
+    for k in ["conditions", "bootHistory", "lastError", "bmcQuirks"] {
         rest.remove(k);
     }
     if !rest.is_empty() {
         out.push_str("Status:\n");
         out.push_str(&indent_yaml(&Value::Object(rest), 2));
+    }
+    // Which quirk entries the BMC driver applies (known once the inventory
+    // was read through the driver).
+    let quirks: Vec<&str> = status
+        .get("bmcQuirks")
+        .and_then(Value::as_array)
+        .map(|a| a.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default();
+    if !quirks.is_empty() {
+        out.push_str(&format!("BMC Quirks:   {}\n", quirks.join(", ")));
+    } else if status.contains_key("inventory") {
+        out.push_str("BMC Quirks:   none (standard path)\n");
     }
     if let Some(e) = status.get("lastError") {
         out.push_str(&format!(
@@ -475,7 +487,7 @@ mod tests {
         let m = json!({"metadata": {"name": "m1", "namespace": "default",
                 "annotations": {LAST_APPLIED: "{}"}},
             "spec": {"bmc": {"address": "ipmi://h"}},
-            "status": {"phase": "Provisioning",
+            "status": {"phase": "Provisioning", "bmcQuirks": ["sushy-tools", "lab-settle"],
                 "conditions": [{"type": "BmcReachable", "status": "True", "reason": "Connected",
                     "message": "ok", "lastTransitionTime": "2026-01-01T00:00:00Z"}],
                 "lastError": {"reason": "InstallTimeout", "message": "no call-home",
@@ -492,6 +504,7 @@ mod tests {
             "TFTP   ipxe.efi (1024 bytes)",
             "Normal   PoweredOn",
             "Annotations:  <none>",
+            "BMC Quirks:   sushy-tools, lab-settle",
         ] {
             assert!(d.contains(want), "{want:?} missing:\n{d}");
         }

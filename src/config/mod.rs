@@ -18,6 +18,9 @@ pub struct ConfigFile {
     pub boot: Option<crate::http::boot::config::BootConfig>,
     #[serde(default)]
     pub controller: Option<crate::controller::config::ControllerConfig>,
+    /// BMC quirks (`bmc.quirks:`), see `src/bmc/quirks/config.rs`.
+    #[serde(default)]
+    pub bmc: Option<crate::bmc::quirks::BmcConfig>,
 }
 
 #[derive(Debug, thiserror::Error)]

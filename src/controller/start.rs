@@ -37,6 +37,7 @@ pub enum StartError {
 pub async fn start_machine_controller(
     store: Arc<dyn Store>,
     settings: ControllerSettings,
+    quirks: Arc<crate::bmc::quirks::QuirkTable>,
     metrics: RunnerMetrics,
     releaser: Option<Arc<dyn crate::controller::machine::execute::AddressReleaser>>,
     tasks: &mut JoinSet<()>,
@@ -49,7 +50,7 @@ pub async fn start_machine_controller(
         None => None,
     };
     let connector: Arc<dyn BmcConnector> =
-        Arc::new(StoreConnector::new(store.clone(), settings.bmc_timing));
+        Arc::new(StoreConnector::new(store.clone(), settings.bmc_timing).with_quirks(quirks));
     let slots = BootSlots::new(settings.boot_storm_limit);
     let reconciler = MachineReconciler {
         store: store.clone(),

@@ -37,6 +37,7 @@ pub use error::IpmiError;
 
 use self::commands::*;
 use self::link::Link;
+use crate::bmc::quirks::{BmcIdentity, BootModeWithOverride, Protocol, QuirkTable, Quirks};
 use crate::bmc::{
     Bmc, BmcError, BootDevice, Credentials, FirmwareMode, Inventory, PowerAction, PowerState,
     Timing,
@@ -51,6 +52,9 @@ const FRU_CHUNK: u8 = 32;
 /// use (or by [`IpmiBmc::connect`]) and re-opened when idle or dead.
 pub struct IpmiBmc {
     link: Link,
+    table: std::sync::Arc<QuirkTable>,
+    /// Resolved from Device ID and FRU on first need.
+    quirks: tokio::sync::OnceCell<Quirks>,
 }
 
 impl std::fmt::Debug for IpmiBmc {
@@ -74,7 +78,34 @@ impl IpmiBmc {
     ) -> IpmiBmc {
         IpmiBmc {
             link: Link::new(host, port, credentials, cipher_suite, timing),
+            table: std::sync::Arc::new(QuirkTable::builtin()),
+            quirks: tokio::sync::OnceCell::new(),
         }
+    }
+
+    /// Match quirks against `table` instead of the built-in one.
+    pub fn with_quirks(mut self, table: std::sync::Arc<QuirkTable>) -> IpmiBmc {
+        self.table = table;
+        self
+    }
+
+    /// The quirks in effect, from the BMC's manufacturer, product and
+    /// firmware revision (read once).
+    pub async fn quirks(&self) -> Result<&Quirks, BmcError> {
+        self.quirks
+            .get_or_try_init(|| async {
+                let inv = self.inventory().await?;
+                let q = self.table.resolve(&BmcIdentity {
+                    protocol: Protocol::Ipmi,
+                    manufacturer: inv.manufacturer.as_deref(),
+                    oem_keys: Vec::new(),
+                    model: inv.model.as_deref(),
+                    firmware: inv.firmware_version.as_deref(),
+                });
+                tracing::debug!(address = %self.link.address, quirks = %q.label(), "ipmi quirks resolved");
+                Ok(q)
+            })
+            .await
     }
 
     /// Resolve `host`, open an RMCP+ session with `cipher_suite` and raise
@@ -219,19 +250,32 @@ impl IpmiBmc {
         Ok(out)
     }
 
-    async fn wait_power(&self, wanted: PowerState) -> Result<(), BmcError> {
+    /// Poll until the power state is `wanted` and has held for the quirks'
+    /// settle time.
+    async fn wait_power(
+        &self,
+        wanted: PowerState,
+        settle: std::time::Duration,
+    ) -> Result<(), BmcError> {
         let start = tokio::time::Instant::now();
+        let mut held_since: Option<tokio::time::Instant> = None;
+        let deadline = self.link.timing.power_deadline + settle;
         loop {
             let last = self.power_state().await?;
             if last == wanted {
-                return Ok(());
+                let since = *held_since.get_or_insert_with(tokio::time::Instant::now);
+                if since.elapsed() >= settle {
+                    return Ok(());
+                }
+            } else {
+                held_since = None;
             }
-            if start.elapsed() >= self.link.timing.power_deadline {
+            if start.elapsed() >= deadline {
                 return Err(BmcError::PowerStateNotReached {
                     address: self.link.address.clone(),
                     wanted,
                     last,
-                    after: self.link.timing.power_deadline,
+                    after: deadline,
                 });
             }
             tokio::time::sleep(self.link.timing.poll_interval).await;
@@ -266,12 +310,13 @@ impl Bmc for IpmiBmc {
     async fn power(&self, action: PowerAction) -> Result<(), BmcError> {
         let span = tracing::info_span!("ipmi_power", bmc = %self.link.address, ?action);
         async {
+            let settle = self.quirks().await?.power_settle;
             let current = self.power_state().await?;
             let code = chassis_control_code(action, current);
             self.call_ok(NETFN_CHASSIS, CMD_CHASSIS_CONTROL, &[code])
                 .await
                 .map_err(|e| self.err(e))?;
-            self.wait_power(action.target()).await
+            self.wait_power(action.target(), settle).await
         }
         .instrument(span)
         .await
@@ -280,12 +325,22 @@ impl Bmc for IpmiBmc {
     async fn set_boot_once(&self, device: BootDevice, mode: FirmwareMode) -> Result<(), BmcError> {
         let span = tracing::info_span!("ipmi_boot", bmc = %self.link.address, ?device, ?mode);
         async {
+            let quirks = self.quirks().await?;
+            let mode = match quirks.boot_mode_with_override {
+                // Without the EFI bit the flags say nothing of the mode.
+                BootModeWithOverride::Never => FirmwareMode::Legacy,
+                _ => mode,
+            };
+            let kept_ok = quirks.once_kept_as_continuous;
             let wanted = BootFlags::one_time(device, mode);
             self.write_boot_flags(&wanted)
                 .await
                 .map_err(|e| self.err(e))?;
             let got = self.boot_flags().await?;
-            if !got.honours(&wanted) {
+            // A persistent flag where one-time was asked: the server would
+            // boot that device on every start.
+            let kept = got.0[0] & BootFlags::VALID != 0 && got.0[0] & BootFlags::PERSISTENT != 0;
+            if !got.honours(&wanted) || (kept && !kept_ok) {
                 return Err(BmcError::BootOverrideIgnored {
                     address: self.link.address.clone(),
                     wanted: wanted.hex(),
@@ -333,6 +388,10 @@ impl Bmc for IpmiBmc {
             firmware_version: Some(id.firmware),
             ..Inventory::default()
         })
+    }
+
+    async fn applied_quirks(&self) -> Result<Vec<String>, BmcError> {
+        Ok(self.quirks().await?.applied.clone())
     }
 
     async fn close(&self) -> Result<(), BmcError> {

@@ -7,8 +7,8 @@ use std::time::Duration;
 use serde_json::{Value, json};
 
 use super::model::{Boot, ComputerSystem, Drive, EthernetInterface, SimpleStorage};
-use super::quirks::Quirks;
 use crate::api::{CpuInfo, DiskInfo, Inventory, NicInfo};
+use crate::bmc::quirks::{BootModeWithOverride, Quirks};
 use crate::bmc::{BootDevice, FirmwareMode, PowerAction, PowerState};
 
 /// Read a Redfish `PowerState`. Transitional states count as not yet there
@@ -40,20 +40,30 @@ pub fn plan_power(
     allowed: &[String],
     quirks: &Quirks,
 ) -> Result<PowerPlan, String> {
-    const ON: &[&str] = &["On", "ForceOn", "PushPowerButton"];
     const FORCE_OFF: &[&str] = &["ForceOff"];
     const RESET: &[&str] = &["ForceRestart", "GracefulRestart", "PowerCycle"];
+    let on: Vec<&str> = quirks.on_reset_types.iter().map(String::as_str).collect();
+    let cycle: Vec<&str> = quirks
+        .cycle_reset_types
+        .iter()
+        .map(String::as_str)
+        .collect();
+    let graceful: Vec<&str> = quirks
+        .graceful_off_reset_types
+        .iter()
+        .map(String::as_str)
+        .collect();
     let prefs: &[&str] = match (action, current) {
         (PowerAction::On, PowerState::On) => return Ok(PowerPlan::Nothing),
         (PowerAction::GracefulOff | PowerAction::ForceOff, PowerState::Off) => {
             return Ok(PowerPlan::Nothing);
         }
-        (PowerAction::On, _) => ON,
+        (PowerAction::On, _) => &on,
         // Cycling or resetting a server that is off is powering it on.
-        (PowerAction::Cycle | PowerAction::Reset, PowerState::Off) => ON,
-        (PowerAction::Cycle, _) => quirks.cycle_reset_types,
+        (PowerAction::Cycle | PowerAction::Reset, PowerState::Off) => &on,
+        (PowerAction::Cycle, _) => &cycle,
         (PowerAction::Reset, _) => RESET,
-        (PowerAction::GracefulOff, _) => quirks.graceful_off_reset_types,
+        (PowerAction::GracefulOff, _) => &graceful,
         (PowerAction::ForceOff, _) => FORCE_OFF,
     };
     if allowed.is_empty() {
@@ -88,8 +98,8 @@ pub fn boot_mode(mode: FirmwareMode) -> &'static str {
     }
 }
 
-/// The PATCH body of a one-time boot override. The mode is sent only when
-/// the BMC shows the property and its quirks allow it in this PATCH.
+/// The PATCH body of a one-time boot override. The mode is sent when the
+/// BMC shows the property, unless its quirks say never (or always).
 pub fn boot_patch(
     device: BootDevice,
     mode: FirmwareMode,
@@ -109,26 +119,34 @@ pub fn boot_patch(
 }
 
 fn send_mode(current: &Boot, quirks: &Quirks) -> bool {
-    quirks.boot_mode_in_patch && current.boot_source_override_mode.is_some()
+    match quirks.boot_mode_with_override {
+        BootModeWithOverride::Always => true,
+        BootModeWithOverride::Never => false,
+        BootModeWithOverride::WhenShown => current.boot_source_override_mode.is_some(),
+    }
 }
 
-/// Compare a read-back override with what was asked. `Continuous` is
-/// accepted for `Once` (sushy-tools and some BMCs keep it): the server still
-/// boots the device next. A wrong target, `Disabled`, or a mode other than
-/// the one sent is a mismatch: `Err((wanted, got))` for `BootOverrideIgnored`.
+/// Compare a read-back override with what was asked. `Continuous` for
+/// `Once` is accepted only when the BMC's quirks say it keeps one-time
+/// overrides that way (`kept_as_continuous`; sushy-tools does): elsewhere
+/// it means the server would network-boot on every start. A wrong target,
+/// `Disabled`, or a mode other than the one sent is a mismatch:
+/// `Err((wanted, got))` for `BootOverrideIgnored`.
 pub fn check_boot_readback(
     device: BootDevice,
     mode: FirmwareMode,
     sent_mode: bool,
+    kept_as_continuous: bool,
     got: &Boot,
 ) -> Result<(), (String, String)> {
     let want_target = boot_target(device);
     let want_mode = boot_mode(mode);
     let target_ok = got.boot_source_override_target.as_deref() == Some(want_target);
-    let enabled_ok = matches!(
-        got.boot_source_override_enabled.as_deref(),
-        Some("Once") | Some("Continuous")
-    );
+    let enabled_ok = match got.boot_source_override_enabled.as_deref() {
+        Some("Once") => true,
+        Some("Continuous") => kept_as_continuous,
+        _ => false,
+    };
     let mode_ok = !sent_mode || got.boot_source_override_mode.as_deref() == Some(want_mode);
     if target_ok && enabled_ok && mode_ok {
         return Ok(());

@@ -2,12 +2,12 @@
 //! the service has), logs in, and performs verified actions — power with
 //! polling until reached, one-time boot override with read-back — and reads
 //! inventory. Decisions are pure functions in [`logic`]; HTTP lives in
-//! [`client`]; vendor differences are rows of [`quirks`].
+//! [`client`]; vendor differences are rows of the [`QuirkTable`]
+//! (built-in plus config), resolved once per connection.
 
 pub mod client;
 pub mod logic;
 pub mod model;
-pub mod quirks;
 #[cfg(test)]
 mod tests;
 
@@ -17,13 +17,14 @@ use tokio::sync::OnceCell;
 use tokio::time::Instant;
 use tracing::Instrument;
 
+use crate::bmc::quirks::{BmcIdentity, Protocol, QuirkTable, Quirks};
 pub use client::{TlsMode, Transport};
 use logic::{PowerPlan, RetryPolicy};
 use model::{
     ActionInfo, BootHolder, Collection, ComputerSystem, Drive, EthernetInterface, ServiceRoot,
     SimpleStorage, Storage,
 };
-use quirks::Quirks;
+use std::sync::Arc;
 
 use super::{
     Bmc, BmcError, BootDevice, Credentials, FirmwareMode, PowerAction, PowerState, Timing,
@@ -36,7 +37,7 @@ const SERVICE_ROOT: &str = "/redfish/v1/";
 #[derive(Debug)]
 struct Resolved {
     system_path: String,
-    quirks: &'static Quirks,
+    quirks: Quirks,
 }
 
 /// A Redfish BMC.
@@ -45,6 +46,7 @@ pub struct RedfishBmc {
     t: Transport,
     /// From the address (`/redfish/v1/Systems/ID`), or discovered.
     system_path: Option<String>,
+    table: Arc<QuirkTable>,
     resolved: OnceCell<Resolved>,
 }
 
@@ -79,8 +81,27 @@ impl RedfishBmc {
         Ok(RedfishBmc {
             t: Transport::new(base, creds, tls, timing, retry)?,
             system_path,
+            table: Arc::new(QuirkTable::builtin()),
             resolved: OnceCell::new(),
         })
+    }
+
+    /// Match quirks against `table` instead of the built-in one.
+    pub fn with_quirks(mut self, table: Arc<QuirkTable>) -> RedfishBmc {
+        self.table = table;
+        self
+    }
+
+    /// The quirks in effect for this BMC (connects when needed).
+    pub async fn quirks(&self) -> Result<Quirks, BmcError> {
+        Ok(self.resolve().await?.quirks.clone())
+    }
+
+    /// Raw GET of a Redfish path, for checks that read what the driver
+    /// does not model (hw-test).
+    pub async fn get_value(&self, path: &str) -> Result<serde_json::Value, BmcError> {
+        self.resolve().await?;
+        Ok(self.t.get_json::<serde_json::Value>(path).await?.0)
     }
 
     pub fn address(&self) -> &str {
@@ -124,11 +145,14 @@ impl RedfishBmc {
                     None => self.discover_system(&root).await?,
                 };
                 let (sys, _) = self.t.get_json::<ComputerSystem>(&system_path).await?;
-                let quirks = quirks::quirks_for(
-                    sys.manufacturer.as_deref(),
-                    sys.oem.keys().map(String::as_str),
-                );
-                tracing::debug!(address = %self.address(), system = %system_path, vendor = quirks.vendor, "redfish system resolved");
+                let quirks = self.table.resolve(&BmcIdentity {
+                    protocol: Protocol::Redfish,
+                    manufacturer: sys.manufacturer.as_deref(),
+                    oem_keys: sys.oem.keys().map(String::as_str).collect(),
+                    model: sys.model.as_deref(),
+                    firmware: sys.bios_version.as_deref(),
+                });
+                tracing::debug!(address = %self.address(), system = %system_path, quirks = %quirks.label(), "redfish system resolved");
                 Ok(Resolved {
                     system_path,
                     quirks,
@@ -163,10 +187,10 @@ impl RedfishBmc {
         }
     }
 
-    async fn system(&self) -> Result<(ComputerSystem, &'static Quirks), BmcError> {
+    async fn system(&self) -> Result<(ComputerSystem, &Quirks), BmcError> {
         let r = self.resolve().await?;
         let (sys, _) = self.t.get_json::<ComputerSystem>(&r.system_path).await?;
-        Ok((sys, r.quirks))
+        Ok((sys, &r.quirks))
     }
 
     fn power_of(&self, sys: &ComputerSystem) -> Result<PowerState, BmcError> {
@@ -194,23 +218,32 @@ impl RedfishBmc {
         Vec::new()
     }
 
+    /// Poll until the power state is `wanted` and has held for the quirks'
+    /// settle time (zero on the standard path).
     async fn wait_power(&self, wanted: PowerState) -> Result<(), BmcError> {
         let timing = self.t.timing;
+        let settle = self.resolve().await?.quirks.power_settle;
         let start = Instant::now();
         let mut last = PowerState::Unknown;
+        let mut held_since: Option<Instant> = None;
         loop {
             let (sys, _) = self.system().await?;
             // An unknown value mid-transition is not fatal while polling.
             last = self.power_of(&sys).unwrap_or(last);
             if last == wanted {
-                return Ok(());
+                let since = *held_since.get_or_insert_with(Instant::now);
+                if since.elapsed() >= settle {
+                    return Ok(());
+                }
+            } else {
+                held_since = None;
             }
-            if start.elapsed() >= timing.power_deadline {
+            if start.elapsed() >= timing.power_deadline + settle {
                 return Err(BmcError::PowerStateNotReached {
                     address: self.address().to_string(),
                     wanted,
                     last,
-                    after: timing.power_deadline,
+                    after: timing.power_deadline + settle,
                 });
             }
             tokio::time::sleep(timing.poll_interval).await;
@@ -266,6 +299,7 @@ impl RedfishBmc {
         }
         let sent_mode = logic::boot_sends_mode(&sys.boot, quirks);
         let body = logic::boot_patch(device, mode, &sys.boot, quirks);
+        let kept_ok = quirks.once_kept_as_continuous;
         // Changes go to the settings object when the BMC advertises one.
         let patch_path = sys
             .settings
@@ -306,13 +340,13 @@ impl RedfishBmc {
             Err(e) => return Err(e),
         }
         let (got, _) = self.t.get_json::<BootHolder>(&patch_path).await?;
-        logic::check_boot_readback(device, mode, sent_mode, &got.boot).map_err(|(wanted, got)| {
-            BmcError::BootOverrideIgnored {
+        logic::check_boot_readback(device, mode, sent_mode, kept_ok, &got.boot).map_err(
+            |(wanted, got)| BmcError::BootOverrideIgnored {
                 address: self.address().to_string(),
                 wanted,
                 got,
-            }
-        })
+            },
+        )
     }
 
     async fn do_inventory(&self) -> Result<Inventory, BmcError> {
@@ -402,6 +436,10 @@ impl Bmc for RedfishBmc {
 
     async fn inventory(&self) -> Result<Inventory, BmcError> {
         observed(self.span("inventory"), "inventory", self.do_inventory()).await
+    }
+
+    async fn applied_quirks(&self) -> Result<Vec<String>, BmcError> {
+        Ok(self.resolve().await?.quirks.applied.clone())
     }
 
     async fn close(&self) -> Result<(), BmcError> {

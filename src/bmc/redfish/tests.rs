@@ -9,7 +9,15 @@ use serde_json::json;
 
 use super::logic::*;
 use super::model::*;
-use super::quirks::{self, STANDARD};
+use crate::bmc::quirks::{BmcIdentity, Protocol, QuirkTable, Quirks};
+
+fn vendor(m: &str) -> Quirks {
+    QuirkTable::builtin().resolve(&BmcIdentity {
+        protocol: Protocol::Redfish,
+        manufacturer: Some(m),
+        ..BmcIdentity::default()
+    })
+}
 use crate::bmc::{BootDevice, FirmwareMode, PowerAction, PowerState};
 
 const SUSHY_SYSTEM: &str = r##"{
@@ -92,7 +100,9 @@ fn unknown_enum_values_are_kept_or_reported() {
         boot_source_override_enabled: Some("Once".into()),
         ..Default::default()
     };
-    assert!(check_boot_readback(BootDevice::Network, FirmwareMode::Uefi, false, &b).is_err());
+    assert!(
+        check_boot_readback(BootDevice::Network, FirmwareMode::Uefi, false, false, &b).is_err()
+    );
     // Unknown task states keep polling.
     assert_eq!(task_outcome(Some("Meditating")), TaskOutcome::Running);
 }
@@ -117,7 +127,7 @@ fn reset_type_comes_from_allowable_values() {
         .iter()
         .map(|s| s.to_string())
         .collect();
-    let p = |a, cur| plan_power(a, cur, &allowed, &STANDARD);
+    let p = |a, cur| plan_power(a, cur, &allowed, &Quirks::standard());
     assert_eq!(
         p(PowerAction::On, PowerState::Off).unwrap(),
         PowerPlan::Reset("On".into())
@@ -145,22 +155,42 @@ fn reset_type_comes_from_allowable_values() {
     // PowerCycle is preferred where offered.
     let with_cycle: Vec<String> = vec!["PowerCycle".into(), "ForceRestart".into()];
     assert_eq!(
-        plan_power(PowerAction::Cycle, PowerState::On, &with_cycle, &STANDARD).unwrap(),
+        plan_power(
+            PowerAction::Cycle,
+            PowerState::On,
+            &with_cycle,
+            &Quirks::standard()
+        )
+        .unwrap(),
         PowerPlan::Reset("PowerCycle".into())
     );
     // Nothing usable offered: a clear refusal.
     let only_nmi: Vec<String> = vec!["Nmi".into()];
-    assert!(plan_power(PowerAction::ForceOff, PowerState::On, &only_nmi, &STANDARD).is_err());
+    assert!(
+        plan_power(
+            PowerAction::ForceOff,
+            PowerState::On,
+            &only_nmi,
+            &Quirks::standard()
+        )
+        .is_err()
+    );
     // Not advertised at all: the standard word.
     assert_eq!(
-        plan_power(PowerAction::ForceOff, PowerState::On, &[], &STANDARD).unwrap(),
+        plan_power(
+            PowerAction::ForceOff,
+            PowerState::On,
+            &[],
+            &Quirks::standard()
+        )
+        .unwrap(),
         PowerPlan::Reset("ForceOff".into())
     );
 }
 
 #[test]
 fn hpe_graceful_off_falls_back_to_push_power_button() {
-    let hpe = quirks::quirks_for(Some("HPE"), []);
+    let hpe = &vendor("HPE");
     let allowed: Vec<String> = vec!["On".into(), "ForceOff".into(), "PushPowerButton".into()];
     assert_eq!(
         plan_power(PowerAction::GracefulOff, PowerState::On, &allowed, hpe).unwrap(),
@@ -171,19 +201,24 @@ fn hpe_graceful_off_falls_back_to_push_power_button() {
 #[test]
 fn boot_patch_and_readback() {
     let s: ComputerSystem = decode(SUSHY_SYSTEM.as_bytes()).unwrap();
-    let body = boot_patch(BootDevice::Network, FirmwareMode::Uefi, &s.boot, &STANDARD);
+    let body = boot_patch(
+        BootDevice::Network,
+        FirmwareMode::Uefi,
+        &s.boot,
+        &Quirks::standard(),
+    );
     assert_eq!(
         body,
         json!({"Boot": {"BootSourceOverrideTarget": "Pxe", "BootSourceOverrideEnabled": "Once",
                         "BootSourceOverrideMode": "UEFI"}})
     );
     // Dell: mode not in the PATCH, and then not required on read-back.
-    let dell = quirks::quirks_for(Some("Dell Inc."), []);
+    let dell = &vendor("Dell Inc.");
     let body = boot_patch(BootDevice::Network, FirmwareMode::Uefi, &s.boot, dell);
     assert!(body["Boot"].get("BootSourceOverrideMode").is_none());
     // No mode property at all (iLO 4): not sent.
     let no_mode = Boot::default();
-    assert!(!boot_sends_mode(&no_mode, &STANDARD));
+    assert!(!boot_sends_mode(&no_mode, &Quirks::standard()));
 
     let read = |t: &str, e: &str, m: &str| Boot {
         boot_source_override_target: Some(t.into()),
@@ -191,10 +226,21 @@ fn boot_patch_and_readback() {
         boot_source_override_mode: Some(m.into()),
         ..Default::default()
     };
-    let ok = |b: &Boot| check_boot_readback(BootDevice::Network, FirmwareMode::Uefi, true, b);
+    let ok = |b: &Boot| check_boot_readback(BootDevice::Network, FirmwareMode::Uefi, true, true, b);
     assert!(ok(&read("Pxe", "Once", "UEFI")).is_ok());
-    // sushy-tools keeps Continuous: still boots PXE next.
+    // A BMC known to keep Continuous (sushy-tools): still boots PXE next.
     assert!(ok(&read("Pxe", "Continuous", "UEFI")).is_ok());
+    // Without that quirk, Continuous is a BMC that would PXE-boot forever.
+    assert!(
+        check_boot_readback(
+            BootDevice::Network,
+            FirmwareMode::Uefi,
+            true,
+            false,
+            &read("Pxe", "Continuous", "UEFI")
+        )
+        .is_err()
+    );
     let (wanted, got) = ok(&read("Hdd", "Continuous", "UEFI")).unwrap_err();
     assert_eq!(wanted, "Pxe/Once/UEFI");
     assert_eq!(got, "Hdd/Continuous/UEFI");
@@ -204,6 +250,7 @@ fn boot_patch_and_readback() {
         check_boot_readback(
             BootDevice::Network,
             FirmwareMode::Uefi,
+            false,
             false,
             &read("Pxe", "Once", "Legacy")
         )
@@ -320,7 +367,7 @@ proptest! {
         if let Ok(s) = decode::<ComputerSystem>(&body) {
             let _ = parse_power_state(s.power_state.as_deref());
             let _ = system_inventory(&s);
-            let _ = check_boot_readback(BootDevice::Network, FirmwareMode::Uefi, true, &s.boot);
+            let _ = check_boot_readback(BootDevice::Network, FirmwareMode::Uefi, true, false, &s.boot);
         }
     }
 }

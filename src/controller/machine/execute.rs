@@ -312,8 +312,10 @@ impl Executor<'_> {
         match step {
             Step::ReadInventory => {
                 let inv = bmc.inventory().await?;
+                let quirks = bmc.applied_quirks().await?;
                 let st = w.m.status.get_or_insert_with(Default::default);
                 st.inventory = Some(inv);
+                st.bmc_quirks = quirks;
                 w.dirty = true;
             }
             Step::SetBootOnce(dev) => {
