@@ -13,8 +13,7 @@ use ipnet::Ipv4Net;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use crate::api::validate::parse_mac;
-use crate::api::{BOOT_HISTORY_LIMIT, BootEvent, Kind, Machine, MachinePhase};
+use crate::api::{BOOT_HISTORY_LIMIT, BootEvent, Kind, MacAddr, Machine, MachinePhase};
 use crate::store::modify::{Target, modify_obj};
 use crate::store::reflect::{Reflected, reflect};
 use crate::store::typed::from_value;
@@ -51,7 +50,13 @@ pub struct MachineEntry {
 impl MachineEntry {
     /// Build the entry for a Machine; `None` when it has no usable boot MAC.
     pub fn from_machine(m: &Machine) -> Option<MachineEntry> {
-        let mac = parse_mac(m.spec.boot_mac_address.as_deref()?)?;
+        let mac = m
+            .spec
+            .boot_mac_address
+            .as_deref()?
+            .parse::<MacAddr>()
+            .ok()?
+            .octets();
         let net = m.spec.network.clone().unwrap_or_default();
         let status = m.status.clone().unwrap_or_default();
         let phase = status.phase.unwrap_or_default();

@@ -18,7 +18,7 @@ use tracing::Instrument;
 use super::access::{Need, authorize};
 use super::metrics::Endpoint;
 use super::{BootState, Params, reply, update_boot};
-use crate::api::Machine;
+use crate::api::{MacAddr, Machine};
 use crate::store::TypedStore;
 use crate::store::events::EventType;
 
@@ -89,7 +89,7 @@ async fn serve(st: &BootState, peer: SocketAddr, what: &str, q: &str, body: &[u8
         return st.bad_request("token: missing");
     };
     let reason = clean_reason(p.get("reason").unwrap_or(&String::from_utf8_lossy(body)));
-    let span = tracing::info_span!("callhome", mac = %super::script::mac_hyphen(&mac), peer = %peer.ip(), what = what.step());
+    let span = tracing::info_span!("callhome", mac = %MacAddr(mac).hyphenated(), peer = %peer.ip(), what = what.step());
     record(st, peer, what, mac, token, reason)
         .instrument(span)
         .await

@@ -13,9 +13,9 @@ use http::{StatusCode, header};
 use tracing::Instrument;
 
 use super::metrics::{Endpoint, ErrorReason};
-use super::script::{self, InstallParams, Platform, WaitReason, is_word, mac_hyphen};
+use super::script::{self, InstallParams, Platform, WaitReason, is_word};
 use super::{BootState, Params, reply};
-use crate::api::{DiscoveredMachine, Machine};
+use crate::api::{DiscoveredMachine, MacAddr, Machine};
 use crate::directory::{BootIntent, MachineEntry};
 use crate::store::TypedStore;
 
@@ -62,7 +62,7 @@ async fn serve(st: &BootState, peer: SocketAddr, q: &str) -> Response {
         }
     }
     let platform = Platform::from_query(plat, arch);
-    let span = tracing::info_span!("boot_script", mac = %mac_hyphen(&mac), peer = %peer.ip());
+    let span = tracing::info_span!("boot_script", mac = %MacAddr(mac).hyphenated(), peer = %peer.ip());
     serve_mac(st, peer, mac, arch, plat, platform)
         .instrument(span)
         .await
@@ -164,7 +164,7 @@ async fn install(
     let token = st.key.mint(uid, boot_id);
     let ctx = st.ignition_context(mac, &token, boot_id);
     let base = &st.settings.base_url;
-    let mh = mac_hyphen(mac);
+    let mh = MacAddr(*mac).hyphenated();
     let image_url = |sha: &str, name: &str| format!("{base}/images/{sha}/{name}?mac={mh}");
     let kernel_url = image_url(&shas[0], "kernel");
     let initrd_url = image_url(&shas[1], "initrd");
