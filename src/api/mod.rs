@@ -5,6 +5,7 @@
 // kube-derive's repeated `printcolumn(type_ = ...)` trips this lint by design.
 #![allow(clippy::duplicated_attributes)]
 
+pub mod boot;
 mod common;
 pub mod condition;
 pub mod discovered;
@@ -15,6 +16,7 @@ pub mod machine_class;
 pub mod machine_set;
 pub mod validate;
 
+pub use boot::{BootOutcome, BootPurpose, BootStep};
 pub use common::*;
 pub use condition::Condition;
 pub use discovered::{DiscoveredMachine, DiscoveredMachineSpec};

@@ -66,7 +66,7 @@ pub fn record_notice(recorder: &BootRecorder, n: Notice) {
         &n.name,
         BootEvent {
             time: jiff::Timestamp::now(),
-            step: n.step.to_string(),
+            step: n.step,
             detail: n.detail,
             bytes: None,
             boot_id: n.boot_id,

@@ -390,7 +390,7 @@ impl Executor<'_> {
 pub fn mint(purpose: BootPurpose, revision: Option<String>, now: Timestamp) -> BootRecord {
     BootRecord {
         id: uuid::Uuid::new_v4().to_string(),
-        purpose: purpose.as_str().to_string(),
+        purpose,
         revision,
         minted_at: now,
         ..BootRecord::default()

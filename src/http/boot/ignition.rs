@@ -162,7 +162,7 @@ async fn serve_machine(
     st.mark_ignition_served(&m, &boot.id).await;
     st.record(
         &entry,
-        "Ignition",
+        crate::api::BootStep::Ignition,
         stage.as_str(),
         Some(body.len() as u64),
         Some(&boot.id),

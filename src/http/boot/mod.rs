@@ -31,7 +31,7 @@ use axum::routing::{get, post};
 use http::StatusCode;
 use tokio_util::sync::CancellationToken;
 
-use crate::api::{BootEvent, Kind, MacAddr, Machine, MachineClass};
+use crate::api::{BootEvent, BootStep, Kind, MacAddr, Machine, MachineClass};
 use crate::directory::{BootRecorder, Directory, MachineEntry};
 use crate::store::events::{EventType, Regarding, record};
 use crate::store::modify::{Target, modify_obj};
@@ -224,7 +224,7 @@ impl BootState {
     pub fn record(
         &self,
         e: &MachineEntry,
-        step: &str,
+        step: BootStep,
         detail: &str,
         bytes: Option<u64>,
         boot_id: Option<&str>,
@@ -234,7 +234,7 @@ impl BootState {
             &e.name,
             BootEvent {
                 time: jiff::Timestamp::now(),
-                step: step.into(),
+                step,
                 detail: detail.into(),
                 bytes,
                 boot_id: boot_id.map(str::to_string),

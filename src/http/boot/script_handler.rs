@@ -15,7 +15,7 @@ use tracing::Instrument;
 use super::metrics::{Endpoint, ErrorReason};
 use super::script::{self, InstallParams, Platform, WaitReason, is_word};
 use super::{BootState, Params, reply};
-use crate::api::{DiscoveredMachine, MacAddr, Machine};
+use crate::api::{BootPurpose, BootStep, DiscoveredMachine, MacAddr, Machine};
 use crate::directory::{BootIntent, MachineEntry};
 use crate::store::TypedStore;
 
@@ -62,7 +62,8 @@ async fn serve(st: &BootState, peer: SocketAddr, q: &str) -> Response {
         }
     }
     let platform = Platform::from_query(plat, arch);
-    let span = tracing::info_span!("boot_script", mac = %MacAddr(mac).hyphenated(), peer = %peer.ip());
+    let span =
+        tracing::info_span!("boot_script", mac = %MacAddr(mac).hyphenated(), peer = %peer.ip());
     serve_mac(st, peer, mac, arch, plat, platform)
         .instrument(span)
         .await
@@ -95,7 +96,7 @@ async fn serve_mac(
     let intent = MachineEntry::from_machine(&m).map_or(BootIntent::Idle, |e| e.intent);
     let (kind, rendered) = match &intent {
         BootIntent::Install { boot_id, purpose } => {
-            match install(st, &m, &mac, boot_id, purpose, arch, plat).await {
+            match install(st, &m, &mac, boot_id, *purpose, arch, plat).await {
                 Ok(rendered) => ("install", rendered),
                 Err(r) => return r,
             }
@@ -114,7 +115,13 @@ async fn serve_mac(
         BootIntent::Install { boot_id, .. } => Some(boot_id.as_str()),
         _ => None,
     };
-    st.record(&entry, "Script", kind, Some(s.len() as u64), boot_id);
+    st.record(
+        &entry,
+        BootStep::Script,
+        kind,
+        Some(s.len() as u64),
+        boot_id,
+    );
     st.metrics.transfer(Endpoint::script, s.len() as u64, true);
     tracing::info!(script = kind, "iPXE script served");
     ipxe(s)
@@ -134,7 +141,7 @@ async fn install(
     m: &Machine,
     mac: &[u8; 6],
     boot_id: &str,
-    purpose: &str,
+    purpose: BootPurpose,
     arch: Option<&str>,
     plat: Option<&str>,
 ) -> Result<Result<String, script::ScriptError>, Response> {
@@ -189,7 +196,7 @@ async fn install(
     Ok(script::render_install(&InstallParams {
         machine: name,
         boot_id,
-        purpose,
+        purpose: purpose.as_str(),
         os: &image.os,
         version: &image.version,
         kernel_url: &kernel_url,
