@@ -11,7 +11,6 @@ pub mod client;
 pub mod objects;
 pub mod reimage;
 pub mod render;
-pub mod serve;
 pub mod show;
 
 /// Bare-metal provisioning: declare Machines; metalherd powers, boots,
@@ -47,7 +46,7 @@ pub struct GlobalArgs {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Run metalherd: store, API, boot services, controllers.
-    Serve(serve::ServeArgs),
+    Serve(crate::app::ServeArgs),
     /// Create or update objects from YAML (file, directory or `-`).
     Apply(objects::ApplyArgs),
     /// List or show objects.
