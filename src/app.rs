@@ -217,7 +217,7 @@ pub async fn serve(global: &crate::cli::GlobalArgs, args: ServeArgs) -> anyhow::
         data_dir.join(TOKEN_FILE).display()
     );
     let shutdown = cancel.clone();
-    let served = axum::serve(listener, app)
+    let served = axum::serve(crate::http::no_delay(listener), app)
         .with_graceful_shutdown(async move { shutdown.cancelled().await })
         .await;
     // Whatever ended the server ends everything else too.

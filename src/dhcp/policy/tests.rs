@@ -373,7 +373,7 @@ fn ipxe_gets_its_script_url_http_boot_gets_a_url_and_option_60() {
     assert_eq!(
         m.opts().get(OptionCode::BootfileName),
         Some(&DhcpOption::BootfileName(
-            b"http://10.0.0.1:8080/ipxe.efi".to_vec()
+            b"http://10.0.0.1:8080/assets/ipxe.efi".to_vec()
         ))
     );
     assert_eq!(
@@ -590,4 +590,47 @@ fn request_binds_only_an_offered_or_own_address() {
         decode(out.reply.as_ref().unwrap()).opts().msg_type(),
         Some(MessageType::Ack)
     );
+
+fn has_option(r: &Reply, code: u8, value: &[u8]) -> bool {
+    let mut want = vec![code, value.len() as u8];
+    want.extend_from_slice(value);
+    // Options start after the 236-byte header and the 4-byte cookie.
+    r.bytes[240..].windows(want.len()).any(|w| w == want)
+}
+
+#[test]
+fn an_arm64_machine_gets_no_x86_binary() {
+    for mode in ["", "mode: proxy\n"] {
+        let p = policy(mode);
+        let mut l = LeaseTable::new();
+        for (vendor, arch) in [
+            (&b"PXEClient:Arch:00011"[..], 11u8),
+            (b"HTTPClient:Arch:00019", 19),
+        ] {
+            let req = raw_request(KNOWN, &[(53, &[1]), (60, vendor), (93, &[0, arch])]);
+            let out = p.handle(&req, Via::Port67, &fake(), &mut l, 1000);
+            if let Some(r) = &out.reply {
+                let m = decode(r);
+                assert_eq!(
+                    m.opts().get(OptionCode::BootfileName),
+                    None,
+                    "{mode} {arch}"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn ipxe_is_told_that_no_proxydhcp_offer_will_come() {
+    let p = policy("");
+    let mut l = LeaseTable::new();
+    let ipxe = pxe(KNOWN, 1, &[(77, b"iPXE")]);
+    let out = p.handle(&ipxe, Via::Port67, &fake(), &mut l, 1000);
+    let r = out.reply.unwrap();
+    // Option 175 (iPXE's encapsulated settings) holding 176 no-pxedhcp = 1.
+    assert!(has_option(&r, 175, &[176, 1, 1]), "{:?}", decode(&r).opts());
+    // The firmware's own PXE client is not iPXE: nothing of the kind.
+    let out = p.handle(&pxe(KNOWN, 1, &[]), Via::Port67, &fake(), &mut l, 1000);
+    assert!(!has_option(&out.reply.unwrap(), 175, &[176, 1, 1]));
 }

@@ -347,7 +347,7 @@ pub async fn serve(
         tokio::spawn(ra::run(ra, cancel.clone()));
     }
     let app = router(state).into_make_service_with_connect_info::<SocketAddr>();
-    axum::serve(listener, app)
+    axum::serve(super::no_delay(listener), app)
         .with_graceful_shutdown(async move { cancel.cancelled().await })
         .await
         .map_err(BootError::Serve)
