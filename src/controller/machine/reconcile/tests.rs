@@ -66,6 +66,7 @@ fn class() -> MachineClass {
         url: format!("http://images.example/{n}"),
         sha256: Some("ab".repeat(32)),
         sha512: None,
+        checksums_url: None,
     };
     let mut c = MachineClass::new(
         "workers",
