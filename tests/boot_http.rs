@@ -500,6 +500,7 @@ async fn image_cache_downloads_over_http_once_and_verifies() {
         url: format!("{}/assets/vmlinuz", s.url),
         sha256: Some(sha.clone()),
         sha512: None,
+        checksums_url: None,
     };
     // Concurrent requests share one download.
     let (a, b) = tokio::join!(cache.ensure(&art), cache.ensure(&art));
@@ -518,6 +519,7 @@ async fn image_cache_downloads_over_http_once_and_verifies() {
         url: format!("{}/assets/other", s.url),
         sha256: Some("0".repeat(64)),
         sha512: None,
+        checksums_url: None,
     };
     assert!(matches!(
         cache.ensure(&bad).await,
@@ -528,6 +530,7 @@ async fn image_cache_downloads_over_http_once_and_verifies() {
         url: format!("{}/assets/missing", s.url),
         sha256: Some("1".repeat(64)),
         sha512: None,
+        checksums_url: None,
     };
     assert!(matches!(
         cache.ensure(&missing).await,

@@ -16,6 +16,7 @@ pub fn file_artifact(path: &std::path::Path) -> Artifact {
         url: format!("file://{}", path.display()),
         sha256: Some(hex::encode(sha2::Sha256::digest(&bytes))),
         sha512: None,
+        checksums_url: None,
     }
 }
 
@@ -33,6 +34,7 @@ pub fn class(name: &str, kernel: Artifact, initrd: Artifact, kernel_args: &[&str
                     url: "http://127.0.0.1/assets/os.img".into(),
                     sha256: initrd.sha256.clone(),
                     sha512: None,
+                    checksums_url: None,
                 }),
                 initrd,
                 rootfs: None,

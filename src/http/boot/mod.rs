@@ -10,6 +10,7 @@ pub mod access;
 pub mod assets;
 pub mod cache;
 pub mod callhome;
+pub mod checksums;
 pub mod config;
 pub mod files;
 pub mod ignition;
