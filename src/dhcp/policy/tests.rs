@@ -590,6 +590,7 @@ fn request_binds_only_an_offered_or_own_address() {
         decode(out.reply.as_ref().unwrap()).opts().msg_type(),
         Some(MessageType::Ack)
     );
+}
 
 fn has_option(r: &Reply, code: u8, value: &[u8]) -> bool {
     let mut want = vec![code, value.len() as u8];
