@@ -147,7 +147,7 @@ async fn walk(fleet: Arc<Fleet>, s: Arc<Server>) {
     };
     // Firmware DHCP, TFTP of the boot file it names, iPXE's DHCP. Retried
     // like firmware does until the boot directory knows the machine's boot.
-    let mac: [u8; 6] = metalherd::api::validate::parse_mac(&s.mac).unwrap();
+    let mac: [u8; 6] = s.mac.parse::<metalherd::api::MacAddr>().unwrap().octets();
     let mut tries = 0;
     let file = loop {
         let xid = fleet.xid.fetch_add(1, Ordering::Relaxed);

@@ -13,8 +13,9 @@ use ipnet::Ipv4Net;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use crate::api::validate::parse_mac;
-use crate::api::{BOOT_HISTORY_LIMIT, BootEvent, Kind, Machine, MachinePhase};
+use crate::api::{
+    BOOT_HISTORY_LIMIT, BootEvent, BootPurpose, Kind, MacAddr, Machine, MachinePhase,
+};
 use crate::store::modify::{Target, modify_obj};
 use crate::store::reflect::{Reflected, reflect};
 use crate::store::typed::from_value;
@@ -24,7 +25,10 @@ use crate::store::{ListOptions, Store, StoreError, WatchEvent};
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum BootIntent {
     /// Install (or reimage): serve the installer with this boot's id.
-    Install { boot_id: String, purpose: String },
+    Install {
+        boot_id: String,
+        purpose: BootPurpose,
+    },
     /// Provisioned and not being reimaged: boot from the local disk.
     LocalDisk,
     /// Known, but nothing to do (no class, or waiting): no OS is served.
@@ -51,15 +55,21 @@ pub struct MachineEntry {
 impl MachineEntry {
     /// Build the entry for a Machine; `None` when it has no usable boot MAC.
     pub fn from_machine(m: &Machine) -> Option<MachineEntry> {
-        let mac = parse_mac(m.spec.boot_mac_address.as_deref()?)?;
+        let mac = m
+            .spec
+            .boot_mac_address
+            .as_deref()?
+            .parse::<MacAddr>()
+            .ok()?
+            .octets();
         let net = m.spec.network.clone().unwrap_or_default();
         let status = m.status.clone().unwrap_or_default();
         let phase = status.phase.unwrap_or_default();
         let intent = match &status.boot {
-            Some(b) if b.completed_at.is_none() && b.purpose != "deprovision" => {
+            Some(b) if b.completed_at.is_none() && b.purpose != BootPurpose::Deprovision => {
                 BootIntent::Install {
                     boot_id: b.id.clone(),
-                    purpose: b.purpose.clone(),
+                    purpose: b.purpose,
                 }
             }
             _ if matches!(phase, MachinePhase::Provisioned | MachinePhase::Ready) => {

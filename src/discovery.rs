@@ -26,7 +26,7 @@ pub async fn record(
 ) -> Result<(), StoreError> {
     let name = object_name(&d.mac);
     let spec = DiscoveredMachineSpec {
-        mac_address: crate::dhcp::packet::mac_str(&d.mac),
+        mac_address: crate::api::MacAddr(d.mac).to_string(),
         architecture: d.architecture.clone(),
         vendor_class: d.vendor_class.clone(),
         address: d.address.map(|a| a.to_string()),
@@ -81,7 +81,7 @@ pub fn spawn(store: Arc<dyn Store>, cancel: CancellationToken) -> mpsc::Sender<D
             }
             seen.insert(key, Instant::now());
             if let Err(e) = record(store.as_ref(), &d, Timestamp::now()).await {
-                tracing::warn!(mac = %crate::dhcp::packet::mac_str(&d.mac), error = %e, "cannot record discovered machine");
+                tracing::warn!(mac = %crate::api::MacAddr(d.mac), error = %e, "cannot record discovered machine");
             }
         }
     });

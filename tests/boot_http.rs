@@ -325,7 +325,7 @@ async fn ignition_refuses_wrong_token_wrong_address_and_reused_token() {
             .unwrap()
             .boot_history
             .iter()
-            .map(|e| e.step.clone())
+            .map(|e| e.step.to_string())
             .collect::<Vec<_>>();
         if steps.len() >= 4 {
             break;
@@ -473,7 +473,7 @@ async fn scripts_images_and_malformed_requests() {
             .unwrap()
             .boot_history
             .iter()
-            .map(|e| (e.step.clone(), e.bytes))
+            .map(|e| (e.step.to_string(), e.bytes))
             .collect::<Vec<_>>();
         if steps.len() >= 3 {
             break;

@@ -147,12 +147,12 @@ boot:
     let st = m.status.unwrap();
     let b = st.boot.unwrap();
     assert_eq!(
-        b.outcome.as_deref(),
+        b.outcome.as_ref().map(|o| o.as_str()),
         Some("installed"),
         "call-home closes the boot"
     );
     assert!(b.completed_at.is_some() && b.ignition_served_at.is_some());
-    let steps: Vec<String> = st.boot_history.iter().map(|e| e.step.clone()).collect();
+    let steps: Vec<String> = st.boot_history.iter().map(|e| e.step.to_string()).collect();
     for e in st.boot_history.iter().filter(|e| {
         ["Script", "Kernel", "Initrd", "Ignition", "Installed"].contains(&e.step.as_str())
     }) {
@@ -163,7 +163,7 @@ boot:
     let ign = st
         .boot_history
         .iter()
-        .find(|e| e.step == "Ignition")
+        .find(|e| e.step.as_str() == "Ignition")
         .unwrap_or_else(|| panic!("no Ignition step: {steps:?}"));
     let to_ignition = Duration::from_millis(
         (ign.time.as_millisecond() - vm.started_at.as_millisecond()).max(0) as u64,

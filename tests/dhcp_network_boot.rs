@@ -104,7 +104,7 @@ fn known_machine_gets_reservation_unknown_only_with_discovery() {
             .status?
             .boot_history
             .iter()
-            .map(|e| e.step.clone())
+            .map(|e| e.step.to_string())
             .collect();
         (steps.contains(&"DHCPOffer".to_string()) && steps.contains(&"DHCPAck".to_string()))
             .then_some(steps)

@@ -61,7 +61,8 @@ pub struct BootEvent {
     pub time: Timestamp,
     /// `DHCPOffer`, `DHCPAck`, `TFTP`, `Script`, `Kernel`, `Initrd`,
     /// `Ignition`, `Installed`, `Failed`, `Booted`, ...
-    pub step: String,
+    #[schemars(with = "String")]
+    pub step: super::BootStep,
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub detail: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -13,6 +13,10 @@ use super::common::{
 use super::condition::Condition;
 use super::machine_class::OsImage;
 
+/// Finalizer that keeps a Machine until it is deprovisioned.
+pub const FINALIZER: &str = "metalherd.dev/machine";
+/// Annotation asking for a reimage; a new value asks again.
+pub const REIMAGE_ANNOTATION: &str = "metalherd.dev/reimage";
 /// Annotation that pauses a Machine (as Metal3's `baremetalhost.metal3.io/
 /// paused` and Cluster API's `cluster.x-k8s.io/paused` do): while it is
 /// present, whatever its value, the Machine is validated and shown but the
@@ -237,7 +241,8 @@ pub struct BootRecord {
     /// Unique id of this boot.
     pub id: String,
     /// `install`, `reimage`, `deprovision`.
-    pub purpose: String,
+    #[schemars(with = "String")]
+    pub purpose: super::BootPurpose,
     /// The revision this boot installs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub revision: Option<String>,
@@ -252,7 +257,8 @@ pub struct BootRecord {
     #[schemars(with = "Option<String>")]
     pub completed_at: Option<Timestamp>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub outcome: Option<String>,
+    #[schemars(with = "Option<String>")]
+    pub outcome: Option<super::BootOutcome>,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]

@@ -5,19 +5,23 @@
 // kube-derive's repeated `printcolumn(type_ = ...)` trips this lint by design.
 #![allow(clippy::duplicated_attributes)]
 
+pub mod boot;
 mod common;
 pub mod condition;
 pub mod discovered;
 pub mod event;
+pub mod mac;
 pub mod machine;
 pub mod machine_class;
 pub mod machine_set;
 pub mod validate;
 
+pub use boot::{BootOutcome, BootPurpose, BootStep};
 pub use common::*;
 pub use condition::Condition;
 pub use discovered::{DiscoveredMachine, DiscoveredMachineSpec};
 pub use event::Event;
+pub use mac::{MacAddr, MacParseError};
 pub use machine::*;
 pub use machine_class::*;
 pub use machine_set::*;

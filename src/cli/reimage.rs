@@ -8,7 +8,7 @@ use serde_json::json;
 use super::GlobalArgs;
 use super::client::ApiClient;
 use crate::api::Kind;
-use crate::controller::machine::plan::REIMAGE_ANNOTATION;
+use crate::api::machine::REIMAGE_ANNOTATION;
 use crate::store::DEFAULT_NAMESPACE;
 
 #[derive(Debug, Args)]

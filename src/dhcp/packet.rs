@@ -237,15 +237,8 @@ impl Request {
 
     /// MAC as `aa:bb:cc:dd:ee:ff`.
     pub fn mac_str(&self) -> String {
-        mac_str(&self.mac)
+        crate::api::MacAddr(self.mac).to_string()
     }
-}
-
-pub fn mac_str(m: &[u8; 6]) -> String {
-    format!(
-        "{:02x}:{:02x}:{:02x}:{:02x}:{:02x}:{:02x}",
-        m[0], m[1], m[2], m[3], m[4], m[5]
-    )
 }
 
 #[cfg(test)]

@@ -14,6 +14,7 @@ use super::config::{DhcpMode, DhcpSettings, Subnet};
 use super::lease::{ClientKey, LeaseState, LeaseTable, LeaseWrite};
 use super::options::{self, ClientKind};
 use super::packet::{DropReason, Request};
+use crate::api::BootStep;
 use crate::directory::{BootIntent, Directory, MachineEntry};
 
 /// Machine lookups the policy needs (the boot [`Directory`] in production).
@@ -65,7 +66,7 @@ pub struct Reply {
 pub struct Notice {
     pub namespace: String,
     pub name: String,
-    pub step: &'static str,
+    pub step: BootStep,
     pub detail: String,
     pub boot_id: Option<String>,
 }
@@ -386,7 +387,7 @@ fn address_reply(c: &Ctx, t: MessageType, ip: Option<Ipv4Addr>, subnet: &Subnet)
     m
 }
 
-fn notice(c: &Ctx, step: &'static str, m: &Message) -> Option<Notice> {
+fn notice(c: &Ctx, step: BootStep, m: &Message) -> Option<Notice> {
     let e = c.machine.as_ref()?;
     let mut detail = format!("{} via {}", m.yiaddr(), ClientKind::of(c.req).label());
     if let Some(Ok(f)) = m.fname_str() {
@@ -415,7 +416,7 @@ fn discover(c: &Ctx, subnet: &Subnet, leases: &mut LeaseTable) -> Result<Outcome
     );
     let m = address_reply(c, MessageType::Offer, Some(ip), subnet);
     Ok(Outcome {
-        notice: notice(c, "DHCPOffer", &m),
+        notice: notice(c, BootStep::DhcpOffer, &m),
         discovered: c.machine.is_none().then(|| discovered(c.req, Some(ip))),
         reply: Some(finish(c, &m, MessageType::Offer)?),
         ..Outcome::default()
@@ -449,7 +450,7 @@ fn request(c: &Ctx, subnet: &Subnet, leases: &mut LeaseTable) -> Result<Outcome,
     let writes = leases.bind(ip, c.client, c.req.mac, until);
     let m = address_reply(c, MessageType::Ack, Some(ip), subnet);
     Ok(Outcome {
-        notice: notice(c, "DHCPAck", &m),
+        notice: notice(c, BootStep::DhcpAck, &m),
         discovered: c.machine.is_none().then(|| discovered(c.req, Some(ip))),
         reply: Some(finish(c, &m, MessageType::Ack)?),
         writes,
@@ -533,9 +534,9 @@ fn proxy(c: &Ctx) -> Result<Outcome, DropReason> {
         notice: notice(
             c,
             if t == MessageType::Offer {
-                "DHCPOffer"
+                BootStep::DhcpOffer
             } else {
-                "DHCPAck"
+                BootStep::DhcpAck
             },
             &m,
         ),

@@ -66,7 +66,7 @@ pub fn record_notice(recorder: &BootRecorder, n: Notice) {
         &n.name,
         BootEvent {
             time: jiff::Timestamp::now(),
-            step: n.step.to_string(),
+            step: n.step,
             detail: n.detail,
             bytes: None,
             boot_id: n.boot_id,
@@ -330,21 +330,6 @@ struct Handler<'a> {
     out: &'a Outbox,
 }
 
-/// A MAC for log fields, formatted only when the field is recorded.
-struct MacField<'a>(&'a [u8]);
-
-impl std::fmt::Display for MacField<'_> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        for (i, b) in self.0.iter().enumerate() {
-            if i > 0 {
-                f.write_str(":")?;
-            }
-            write!(f, "{b:02x}")?;
-        }
-        Ok(())
-    }
-}
-
 impl Handler<'_> {
     #[allow(clippy::too_many_arguments)]
     async fn packet(
@@ -363,7 +348,7 @@ impl Handler<'_> {
             "dhcp",
             %src,
             xid = ?bytes.get(4..8).map(|b| u32::from_be_bytes([b[0], b[1], b[2], b[3]])),
-            mac = %MacField(bytes.get(28..34).unwrap_or_default()),
+            mac = %crate::api::MacAddr(bytes.get(28..34).and_then(|b| b.try_into().ok()).unwrap_or_default()),
         );
         let now_reply = {
             let _e = span.enter();

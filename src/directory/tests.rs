@@ -8,7 +8,7 @@ use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
 use super::*;
-use crate::api::{Kind, Machine};
+use crate::api::{BootStep, Kind, Machine};
 use crate::store::embedded::EmbeddedStore;
 use crate::store::{Store, TypedStore};
 
@@ -40,7 +40,7 @@ async fn a_burst_of_steps_lands_in_order_per_machine() {
                 n,
                 BootEvent {
                     time: jiff::Timestamp::now(),
-                    step: format!("S{i}"),
+                    step: format!("S{i}").as_str().into(),
                     detail: String::new(),
                     bytes: None,
                     boot_id: None,
@@ -48,7 +48,9 @@ async fn a_burst_of_steps_lands_in_order_per_machine() {
             );
         }
     }
-    let want: Vec<String> = (0..steps).map(|i| format!("S{i}")).collect();
+    let want: Vec<BootStep> = (0..steps)
+        .map(|i| format!("S{i}").as_str().into())
+        .collect();
     for n in names {
         let mut got = vec![];
         for _ in 0..200 {

@@ -12,7 +12,8 @@ use std::fmt;
 
 use k8s_openapi::api::core::v1::Secret;
 
-use crate::api::validate::{check_version, format_mac, is_dns_label, parse_mac};
+use crate::api::MacAddr;
+use crate::api::validate::{check_version, is_dns_label};
 use crate::api::{Machine, MachineClass, OsImage};
 
 use super::error::RenderError;
@@ -389,9 +390,10 @@ impl<'a> Resolved<'a> {
                 ));
             }
         };
-        let mac = parse_mac(mac)
-            .map(|m| format_mac(&m))
-            .ok_or_else(|| RenderError::invalid(mac_field, "malformed MAC address"))?;
+        let mac = mac
+            .parse::<MacAddr>()
+            .map(|m| m.to_string())
+            .map_err(|_| RenderError::invalid(mac_field, "malformed MAC address"))?;
 
         let base = ctx.callhome_base.trim_end_matches('/');
         check_url("callhomeBase", base)?;

@@ -55,7 +55,7 @@ impl TftpEvents for BootTimeline {
             &m.name,
             BootEvent {
                 time: jiff::Timestamp::now(),
-                step: "TFTP".into(),
+                step: crate::api::BootStep::Tftp,
                 detail: r.file.to_string(),
                 bytes: Some(r.bytes),
                 boot_id,
@@ -122,7 +122,7 @@ mod tests {
             tokio::time::sleep(std::time::Duration::from_millis(10)).await;
         };
         assert_eq!(history.len(), 1, "{history:?}");
-        assert_eq!(history[0].step, "TFTP");
+        assert_eq!(history[0].step, crate::api::BootStep::Tftp);
         assert_eq!(history[0].detail, "ipxe.efi");
         assert_eq!(history[0].bytes, Some(850_528));
         cancel.cancel();

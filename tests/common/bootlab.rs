@@ -104,7 +104,7 @@ pub async fn set_boot(store: &dyn Store, m: &Machine, boot_id: &str) -> Machine 
     st.phase = Some(MachinePhase::Provisioning);
     st.boot = Some(BootRecord {
         id: boot_id.into(),
-        purpose: "install".into(),
+        purpose: metalherd::api::BootPurpose::Install,
         minted_at: jiff::Timestamp::now(),
         ..Default::default()
     });

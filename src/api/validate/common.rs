@@ -22,30 +22,6 @@ pub fn is_dns_subdomain(s: &str) -> bool {
     s.len() <= 253 && s.split('.').all(is_dns_label)
 }
 
-/// Parse a MAC address written `aa:bb:cc:dd:ee:ff` or `aa-bb-...`, any case.
-pub fn parse_mac(s: &str) -> Option<[u8; 6]> {
-    let parts: Vec<&str> = s.split([':', '-']).collect();
-    if parts.len() != 6 {
-        return None;
-    }
-    let mut out = [0u8; 6];
-    for (i, p) in parts.iter().enumerate() {
-        if p.len() != 2 {
-            return None;
-        }
-        out[i] = u8::from_str_radix(p, 16).ok()?;
-    }
-    Some(out)
-}
-
-/// Canonical lower-case colon form of a MAC.
-pub fn format_mac(m: &[u8; 6]) -> String {
-    format!(
-        "{:02x}:{:02x}:{:02x}:{:02x}:{:02x}:{:02x}",
-        m[0], m[1], m[2], m[3], m[4], m[5]
-    )
-}
-
 /// Check a version string like `v1.33.2`, `1.7.27` or `4230.2.3`: dotted
 /// numbers, optional leading `v`, optional `-suffix`.
 pub fn check_version(s: &str) -> Result<(), String> {
@@ -183,19 +159,5 @@ mod tests {
         assert!(check_version("latest").is_err());
         assert!(check_version("v1..2").is_err());
         assert!(check_version("").is_err());
-    }
-
-    #[test]
-    fn macs() {
-        assert_eq!(
-            parse_mac("AA-bb-cc-00-11-22"),
-            Some([0xaa, 0xbb, 0xcc, 0, 0x11, 0x22])
-        );
-        assert_eq!(parse_mac("aa:bb:cc:00:11"), None);
-        assert_eq!(parse_mac("aa:bb:cc:00:11:2g"), None);
-        assert_eq!(
-            format_mac(&[0xaa, 0xbb, 0xcc, 0, 0x11, 0x22]),
-            "aa:bb:cc:00:11:22"
-        );
     }
 }

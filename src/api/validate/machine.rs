@@ -4,7 +4,7 @@
 use std::net::IpAddr;
 
 use super::ValidationErrors;
-use super::common::{is_dns_label, is_dns_subdomain, parse_mac, validate_overrides};
+use super::common::{is_dns_label, is_dns_subdomain, validate_overrides};
 use crate::api::machine::{MachineNetwork, MachineSpec};
 
 /// Parsed BMC address.
@@ -88,7 +88,7 @@ pub(super) fn validate_machine_spec(spec: &MachineSpec) -> Result<(), Validation
         );
     }
     if let Some(mac) = &spec.boot_mac_address
-        && parse_mac(mac).is_none()
+        && mac.parse::<crate::api::MacAddr>().is_err()
     {
         errs.push(
             "spec.bootMACAddress",

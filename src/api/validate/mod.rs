@@ -23,7 +23,7 @@ mod machine;
 mod machine_class;
 mod machine_set;
 
-pub use common::{check_version, format_mac, is_dns_label, is_dns_subdomain, parse_mac};
+pub use common::{check_version, is_dns_label, is_dns_subdomain};
 pub use machine::{BmcAddress, parse_bmc_address};
 
 /// One problem with one field.

@@ -241,12 +241,10 @@ pub fn task_outcome(task_state: Option<&str>) -> TaskOutcome {
 
 /// Canonical lower-case colon MAC, or `None` when it is not a MAC.
 fn normalize_mac(s: &str) -> Option<String> {
-    crate::api::validate::parse_mac(s.trim()).map(|b| {
-        b.iter()
-            .map(|x| format!("{x:02x}"))
-            .collect::<Vec<_>>()
-            .join(":")
-    })
+    s.trim()
+        .parse::<crate::api::MacAddr>()
+        .ok()
+        .map(|m| m.to_string())
 }
 
 pub fn nic_info(n: &EthernetInterface) -> Option<NicInfo> {

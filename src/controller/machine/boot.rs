@@ -7,7 +7,7 @@
 use super::decide::{Planner, again, elapsed, wait};
 use super::plan::{
     BmcObserved, BootOutcome, BootPurpose, ClassObserved, ClassView, NodeObserved, Step,
-    boot_outcome, boot_timeline, booted, cond, progress,
+    boot_outcome, boot_timeline, booted, cond, failed_detail, progress,
 };
 use crate::api::{BootRecord, MachinePhase, PowerState};
 use crate::bmc::BootDevice;
@@ -44,7 +44,7 @@ impl Planner<'_> {
             ClassObserved::NotReferenced => {
                 // The class was taken away mid-run: stop, and hand the
                 // machine back (a reimaging one had a Node: take it apart).
-                self.close_open_boot("abandoned");
+                self.close_open_boot(BootOutcome::Abandoned);
                 if purpose == BootPurpose::Install {
                     self.condition(cond::PROVISIONED, "False", "ClassRemoved", String::new());
                     self.set_phase(MachinePhase::Available);
@@ -68,16 +68,14 @@ impl Planner<'_> {
         }
     }
 
-    fn close_open_boot(&mut self, outcome: &str) {
+    fn close_open_boot(&mut self, outcome: BootOutcome) {
         if self
             .st
             .boot
             .as_ref()
             .is_some_and(|b| b.completed_at.is_none())
         {
-            self.push(Step::CompleteBoot {
-                outcome: outcome.to_string(),
-            });
+            self.push(Step::CompleteBoot { outcome });
         }
     }
 
@@ -91,7 +89,7 @@ impl Planner<'_> {
             .st
             .boot
             .clone()
-            .filter(|b| b.purpose == purpose.as_str() && Some(&b.id) != prev.as_ref());
+            .filter(|b| b.purpose == purpose && Some(&b.id) != prev.as_ref());
         if let Some(b) = ours {
             let open = b.completed_at.is_none();
             let same_rev = b.revision.as_deref() == revision;
@@ -99,29 +97,23 @@ impl Planner<'_> {
                 // The target moved while booting: this boot installs the
                 // wrong thing. Close it; the next look mints a new one.
                 self.push(Step::CompleteBoot {
-                    outcome: "superseded".into(),
+                    outcome: BootOutcome::Superseded,
                 });
                 return BootState::Pending(again());
             }
             match boot_outcome(&self.st, &b) {
                 Some(o @ (BootOutcome::Installed | BootOutcome::Wiped)) if same_rev => {
                     if open {
-                        let word = if o == BootOutcome::Installed {
-                            "installed"
-                        } else {
-                            "wiped"
-                        };
-                        self.push(Step::CompleteBoot {
-                            outcome: word.into(),
-                        });
+                        self.push(Step::CompleteBoot { outcome: o });
                     }
                     return BootState::Done(b);
                 }
-                Some(BootOutcome::Failed(detail)) if open => {
+                Some(BootOutcome::Failed) if open => {
+                    let detail = failed_detail(&self.st, &b.id);
                     let timeline = boot_timeline(&self.st, &b.id);
                     let msg = format!("the installer reported failure: {detail}; {timeline}");
                     let reason = fail_reason(purpose, false);
-                    return BootState::Pending(self.fail_boot("failed", reason, msg));
+                    return BootState::Pending(self.fail_boot(BootOutcome::Failed, reason, msg));
                 }
                 None if open => return BootState::Pending(self.drive_boot(purpose, &b)),
                 _ => {} // closed without success: mint another
@@ -189,7 +181,7 @@ impl Planner<'_> {
                 fmt_duration(limits.install_deadline),
                 boot_timeline(&self.st, &b.id)
             );
-            return self.fail_boot("timeout", fail_reason(purpose, true), msg);
+            return self.fail_boot(BootOutcome::TimedOut, fail_reason(purpose, true), msg);
         }
         // Marker written but the server is off with nothing heard from it:
         // the power action was lost (crash, or a BMC that dropped it).
@@ -212,7 +204,7 @@ impl Planner<'_> {
 
     /// A boot failed (`outcome`): close it, count it, back off; too many in
     /// a row and the machine goes to Error (retried after the backoff).
-    fn fail_boot(&mut self, outcome: &str, reason: &str, message: String) -> Step {
+    fn fail_boot(&mut self, outcome: BootOutcome, reason: &str, message: String) -> Step {
         self.close_open_boot(outcome);
         self.error(reason, message);
         self.back_off(self.phase())
@@ -353,7 +345,7 @@ impl Planner<'_> {
     pub(super) fn deprovision(&mut self, retire: bool) -> Step {
         let limits = self.o.limits;
         if self.phase() != MachinePhase::Deprovisioning {
-            self.close_open_boot("abandoned");
+            self.close_open_boot(BootOutcome::Abandoned);
             self.clear_waiting();
             self.start_run(MachinePhase::Deprovisioning);
         }

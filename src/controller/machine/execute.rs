@@ -295,7 +295,8 @@ impl Executor<'_> {
                     w.m.spec
                         .boot_mac_address
                         .as_deref()
-                        .and_then(crate::api::validate::parse_mac);
+                        .and_then(|s| s.parse::<crate::api::MacAddr>().ok())
+                        .map(crate::api::MacAddr::octets);
                 if let (Some(r), Some(mac)) = (self.releaser, mac) {
                     r.release(mac);
                 }
@@ -389,7 +390,7 @@ impl Executor<'_> {
 pub fn mint(purpose: BootPurpose, revision: Option<String>, now: Timestamp) -> BootRecord {
     BootRecord {
         id: uuid::Uuid::new_v4().to_string(),
-        purpose: purpose.as_str().to_string(),
+        purpose,
         revision,
         minted_at: now,
         ..BootRecord::default()

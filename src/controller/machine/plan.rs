@@ -23,16 +23,14 @@ use sha2::{Digest, Sha256};
 
 use crate::api::condition::set_condition;
 use crate::api::{
-    BootRecord, Condition, ContainerRuntime, LastError, LocalObjectReference, Machine,
+    BootRecord, BootStep, Condition, ContainerRuntime, LastError, LocalObjectReference, Machine,
     MachineClass, MachinePhase, MachineStatus, ObservedVersions, OsImage, PowerState,
 };
 use crate::bmc::BootDevice;
 use crate::cluster::NodeState;
 
-/// Finalizer that keeps a Machine until it is deprovisioned.
-pub const FINALIZER: &str = "metalherd.dev/machine";
-/// Annotation asking for a reimage; a new value asks again.
-pub const REIMAGE_ANNOTATION: &str = "metalherd.dev/reimage";
+pub use crate::api::machine::{FINALIZER, REIMAGE_ANNOTATION};
+pub use crate::api::{BootOutcome, BootPurpose};
 
 /// Keys of `status.progress` (step markers that survive restarts).
 pub mod progress {
@@ -68,25 +66,6 @@ pub mod cond {
     pub const WAITING: &str = "Waiting";
     /// True while the `metalherd.dev/paused` annotation is set.
     pub const PAUSED: &str = "Paused";
-}
-
-/// Why a network boot is minted.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum BootPurpose {
-    Install,
-    Reimage,
-    Deprovision,
-}
-
-impl BootPurpose {
-    /// The word in `status.boot.purpose` (the boot directory reads it).
-    pub fn as_str(self) -> &'static str {
-        match self {
-            BootPurpose::Install => "install",
-            BootPurpose::Reimage => "reimage",
-            BootPurpose::Deprovision => "deprovision",
-        }
-    }
 }
 
 /// What the BMC said this time.
@@ -251,7 +230,7 @@ pub enum Step {
     },
     /// Close the current boot (its token dies) with this outcome.
     CompleteBoot {
-        outcome: String,
+        outcome: BootOutcome,
     },
     MarkProvisioned {
         revision: String,
@@ -426,46 +405,34 @@ pub fn node_name(machine: &Machine) -> String {
         .unwrap_or_default()
 }
 
-/// How a boot ended, from its record or the boot history.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum BootOutcome {
-    Installed,
-    Wiped,
-    Failed(String),
-    /// Closed by the controller (superseded, timed out, abandoned).
-    Ended(String),
-}
-
 /// The outcome of `boot`, if it has one yet: the record's `outcome`, else
 /// the installer's call-home in `status.bootHistory`.
 pub fn boot_outcome(status: &MachineStatus, boot: &BootRecord) -> Option<BootOutcome> {
-    let failed_detail = || {
-        status
-            .boot_history
-            .iter()
-            .rev()
-            .find(|e| e.boot_id.as_deref() == Some(&boot.id) && e.step == "Failed")
-            .map(|e| e.detail.clone())
-            .unwrap_or_default()
-    };
     if let Some(o) = &boot.outcome {
-        return Some(match o.as_str() {
-            "installed" => BootOutcome::Installed,
-            "wiped" => BootOutcome::Wiped,
-            "failed" => BootOutcome::Failed(failed_detail()),
-            other => BootOutcome::Ended(other.to_string()),
-        });
+        return Some(o.clone());
     }
     status
         .boot_history
         .iter()
         .filter(|e| e.boot_id.as_deref() == Some(&boot.id))
-        .find_map(|e| match e.step.as_str() {
-            "Installed" => Some(BootOutcome::Installed),
-            "Wiped" => Some(BootOutcome::Wiped),
-            "Failed" => Some(BootOutcome::Failed(e.detail.clone())),
+        .find_map(|e| match e.step {
+            BootStep::Installed => Some(BootOutcome::Installed),
+            BootStep::Wiped => Some(BootOutcome::Wiped),
+            BootStep::Failed => Some(BootOutcome::Failed),
             _ => None,
         })
+}
+
+/// The reason the installer gave with its last `failed` call-home for
+/// `boot_id` (empty when it gave none).
+pub fn failed_detail(status: &MachineStatus, boot_id: &str) -> String {
+    status
+        .boot_history
+        .iter()
+        .rev()
+        .find(|e| e.boot_id.as_deref() == Some(boot_id) && e.step == BootStep::Failed)
+        .map(|e| e.detail.clone())
+        .unwrap_or_default()
 }
 
 /// Whether a machine with this status occupies a boot-storm slot: it has a
@@ -482,7 +449,7 @@ pub fn booted(status: &MachineStatus, boot_id: &str) -> bool {
     status
         .boot_history
         .iter()
-        .any(|e| e.boot_id.as_deref() == Some(boot_id) && e.step == "Booted")
+        .any(|e| e.boot_id.as_deref() == Some(boot_id) && e.step == BootStep::Booted)
 }
 
 /// The steps of one boot, for error messages: `DHCPAck@03:01:02Z, TFTP ipxe.efi@...`.

@@ -115,7 +115,7 @@ impl M {
     pub fn boot(mut self, id: &str, purpose: &str, rev: Option<&str>, minted: i64) -> M {
         self.st().boot = Some(BootRecord {
             id: id.into(),
-            purpose: purpose.into(),
+            purpose: serde_json::from_value(serde_json::json!(purpose)).unwrap(),
             revision: rev.map(str::to_string),
             minted_at: at(minted),
             ..BootRecord::default()

@@ -8,6 +8,7 @@ use dhcproto::v4::{self, OptionCode};
 use proptest::prelude::*;
 
 use super::*;
+use crate::api::BootPurpose;
 use crate::dhcp::config::DhcpConfig;
 use crate::dhcp::packet::tests::raw_request;
 use crate::directory::BootIntent;
@@ -48,7 +49,7 @@ fn fake() -> Fake {
             phase: Default::default(),
             intent: BootIntent::Install {
                 boot_id: "b1".into(),
-                purpose: "install".into(),
+                purpose: BootPurpose::Install,
             },
         }),
     );
@@ -104,7 +105,7 @@ fn known_machine_gets_reservation_and_pxe_options() {
         m.opts().get(OptionCode::BootfileName),
         Some(&DhcpOption::BootfileName(b"ipxe.efi".to_vec()))
     );
-    assert_eq!(out.notice.unwrap().step, "DHCPOffer");
+    assert_eq!(out.notice.unwrap().step, BootStep::DhcpOffer);
     assert!(out.writes.is_empty(), "offers are not persisted");
 
     let out = p.handle(

@@ -119,7 +119,7 @@ mod tests {
         m.status = Some(MachineStatus {
             boot: Some(BootRecord {
                 id: "boot-1".into(),
-                purpose: "install".into(),
+                purpose: crate::api::BootPurpose::Install,
                 minted_at: jiff::Timestamp::UNIX_EPOCH,
                 completed_at: completed.then_some(jiff::Timestamp::UNIX_EPOCH),
                 ..Default::default()

@@ -14,6 +14,7 @@ use http::{HeaderMap, Method, StatusCode};
 use super::files::{self, FileError, OnDone};
 use super::metrics::{Endpoint, ErrorReason};
 use super::{BootState, Params, reply};
+use crate::api::BootStep;
 use crate::directory::{BootIntent, MachineEntry};
 
 fn machine_for(st: &BootState, q: Option<&str>, peer: SocketAddr) -> Option<Arc<MachineEntry>> {
@@ -31,7 +32,7 @@ fn on_done(
     st: &Arc<BootState>,
     endpoint: Endpoint,
     machine: Option<Arc<MachineEntry>>,
-    step: &'static str,
+    step: BootStep,
     detail: String,
 ) -> OnDone {
     let st = st.clone();
@@ -47,7 +48,7 @@ fn on_done(
                 BootIntent::Install { boot_id, .. } => Some(boot_id.as_str()),
                 _ => None,
             };
-            st.record(&e, step, &detail, Some(bytes), boot_id);
+            st.record(&e, step.clone(), &detail, Some(bytes), boot_id);
         }
     })
 }
@@ -90,7 +91,7 @@ pub async fn asset(
         return reply(StatusCode::NOT_FOUND, "not found");
     };
     let m = machine_for(&st, q.as_deref(), peer);
-    let done = on_done(&st, Endpoint::asset, m, "Asset", rel.clone());
+    let done = on_done(&st, Endpoint::asset, m, BootStep::Asset, rel.clone());
     let r = match files::serve(
         &path,
         &method,
@@ -122,9 +123,9 @@ pub async fn image(
         return reply(StatusCode::NOT_FOUND, "no such image in the cache");
     };
     let step = match name.as_str() {
-        "kernel" => "Kernel",
-        "initrd" => "Initrd",
-        _ => "Image",
+        "kernel" => BootStep::Kernel,
+        "initrd" => BootStep::Initrd,
+        _ => BootStep::Image,
     };
     let m = machine_for(&st, q.as_deref(), peer);
     let done = on_done(&st, Endpoint::image, m, step, sha.to_ascii_lowercase());

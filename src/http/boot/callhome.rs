@@ -18,34 +18,9 @@ use tracing::Instrument;
 use super::access::{Need, authorize};
 use super::metrics::Endpoint;
 use super::{BootState, Params, reply, update_boot};
-use crate::api::Machine;
+use crate::api::{BootOutcome, BootStep, MacAddr, Machine};
 use crate::store::TypedStore;
 use crate::store::events::EventType;
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum What {
-    Installed,
-    Failed,
-    Booted,
-}
-
-impl What {
-    fn parse(s: &str) -> Option<What> {
-        match s {
-            "installed" => Some(What::Installed),
-            "failed" => Some(What::Failed),
-            "booted" => Some(What::Booted),
-            _ => None,
-        }
-    }
-    fn step(self) -> &'static str {
-        match self {
-            What::Installed => "Installed",
-            What::Failed => "Failed",
-            What::Booted => "Booted",
-        }
-    }
-}
 
 /// A reason as given by the machine, made safe for status and events:
 /// printable ASCII, at most 200 characters.
@@ -77,7 +52,7 @@ pub async fn handler(
 }
 
 async fn serve(st: &BootState, peer: SocketAddr, what: &str, q: &str, body: &[u8]) -> Response {
-    let Some(what) = What::parse(what) else {
+    let Some(what) = BootStep::from_callhome(what) else {
         return st.bad_request("call-home must be installed, failed or booted");
     };
     let p = Params::parse(q);
@@ -89,7 +64,7 @@ async fn serve(st: &BootState, peer: SocketAddr, what: &str, q: &str, body: &[u8
         return st.bad_request("token: missing");
     };
     let reason = clean_reason(p.get("reason").unwrap_or(&String::from_utf8_lossy(body)));
-    let span = tracing::info_span!("callhome", mac = %super::script::mac_hyphen(&mac), peer = %peer.ip(), what = what.step());
+    let span = tracing::info_span!("callhome", mac = %MacAddr(mac).hyphenated(), peer = %peer.ip(), what = what.as_str());
     record(st, peer, what, mac, token, reason)
         .instrument(span)
         .await
@@ -99,7 +74,7 @@ async fn serve(st: &BootState, peer: SocketAddr, what: &str, q: &str, body: &[u8
 async fn record(
     st: &BootState,
     peer: SocketAddr,
-    what: What,
+    what: BootStep,
     mac: [u8; 6],
     token: &str,
     reason: String,
@@ -112,14 +87,14 @@ async fn record(
         Err(e) => return st.store_error(e),
     };
     let lease = st.leases.as_ref().and_then(|l| l.address_of(&mac));
-    let need = if what == What::Booted {
+    let need = if what == BootStep::Booted {
         Need::AnyBoot
     } else {
         Need::OpenBoot
     };
     let boot = match authorize(&st.key, &m, token, peer.ip(), lease, need) {
         Ok(b) => b.clone(),
-        Err(super::access::Refusal::BootCompleted) if boot_outcome_is(&m, what) => {
+        Err(super::access::Refusal::BootCompleted) if boot_outcome_is(&m, &what) => {
             // A retry of a call-home that already closed the boot.
             return reply(StatusCode::OK, "already recorded");
         }
@@ -129,11 +104,11 @@ async fn record(
                 .await;
         }
     };
-    if what != What::Booted {
-        let outcome = if what == What::Installed {
-            "installed"
+    if what != BootStep::Booted {
+        let outcome = if what == BootStep::Installed {
+            BootOutcome::Installed
         } else {
-            "failed"
+            BootOutcome::Failed
         };
         let r = update_boot(
             st.store.as_ref(),
@@ -145,7 +120,7 @@ async fn record(
                     return false;
                 }
                 b.completed_at = Some(jiff::Timestamp::now());
-                b.outcome = Some(outcome.to_string());
+                b.outcome = Some(outcome.clone());
                 true
             },
         )
@@ -153,7 +128,7 @@ async fn record(
         if let Err(e) = r {
             return st.store_error(e);
         }
-        if what == What::Failed {
+        if what == BootStep::Failed {
             let msg = if reason.is_empty() {
                 "no reason given".to_string()
             } else {
@@ -163,22 +138,22 @@ async fn record(
                 .await;
         }
     }
-    st.record(&entry, what.step(), &reason, None, Some(&boot.id));
+    st.record(&entry, what, &reason, None, Some(&boot.id));
     tracing::info!("call-home recorded");
     reply(StatusCode::OK, "recorded")
 }
 
-fn boot_outcome_is(m: &Machine, what: What) -> bool {
+fn boot_outcome_is(m: &Machine, what: &BootStep) -> bool {
     let want = match what {
-        What::Installed => "installed",
-        What::Failed => "failed",
-        What::Booted => return false,
+        BootStep::Installed => BootOutcome::Installed,
+        BootStep::Failed => BootOutcome::Failed,
+        _ => return false,
     };
     m.status
         .as_ref()
         .and_then(|s| s.boot.as_ref())
-        .and_then(|b| b.outcome.as_deref())
-        == Some(want)
+        .and_then(|b| b.outcome.as_ref())
+        == Some(&want)
 }
 
 #[cfg(test)]
@@ -189,7 +164,10 @@ mod tests {
     fn reasons_are_cleaned() {
         assert_eq!(clean_reason("disk\nnot found\0"), "disk not found");
         assert_eq!(clean_reason(&"x".repeat(500)).len(), 200);
-        assert_eq!(What::parse("installed"), Some(What::Installed));
-        assert_eq!(What::parse("nope"), None);
+        assert_eq!(
+            BootStep::from_callhome("installed"),
+            Some(BootStep::Installed)
+        );
+        assert_eq!(BootStep::from_callhome("nope"), None);
     }
 }

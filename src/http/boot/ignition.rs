@@ -110,7 +110,7 @@ async fn serve(st: &BootState, peer: SocketAddr, q: &str) -> Response {
     let Some(stage) = IgnitionStage::parse(p.get("stage")) else {
         return st.bad_request("stage: must be install or node");
     };
-    let span = tracing::info_span!("ignition", mac = %super::script::mac_hyphen(&mac), peer = %peer.ip(), stage = stage.as_str());
+    let span = tracing::info_span!("ignition", mac = %crate::api::MacAddr(mac).hyphenated(), peer = %peer.ip(), stage = stage.as_str());
     serve_machine(st, peer, mac, token, stage)
         .instrument(span)
         .await
@@ -162,7 +162,7 @@ async fn serve_machine(
     st.mark_ignition_served(&m, &boot.id).await;
     st.record(
         &entry,
-        "Ignition",
+        crate::api::BootStep::Ignition,
         stage.as_str(),
         Some(body.len() as u64),
         Some(&boot.id),

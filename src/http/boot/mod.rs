@@ -32,7 +32,7 @@ use axum::routing::{get, post};
 use http::StatusCode;
 use tokio_util::sync::CancellationToken;
 
-use crate::api::{BootEvent, Kind, Machine, MachineClass};
+use crate::api::{BootEvent, BootStep, Kind, MacAddr, Machine, MachineClass};
 use crate::directory::{BootRecorder, Directory, MachineEntry};
 use crate::store::events::{EventType, Regarding, record};
 use crate::store::modify::{Target, modify_obj};
@@ -193,10 +193,10 @@ impl BootState {
     /// URLs of this boot for a renderer or an install script.
     pub fn ignition_context(&self, mac: &[u8; 6], token: &str, boot_id: &str) -> IgnitionContext {
         let base = &self.settings.base_url;
-        let q = format!("mac={}&token={token}", script::mac_hyphen(mac));
+        let q = format!("mac={}&token={token}", MacAddr(*mac).hyphenated());
         IgnitionContext {
             token: token.to_string(),
-            mac: crate::api::validate::format_mac(mac),
+            mac: MacAddr(*mac).to_string(),
             base_url: base.clone(),
             node_config_url: format!("{base}/ignition?{q}&stage=node"),
             callhome_base: format!("{base}/callhome"),
@@ -225,7 +225,7 @@ impl BootState {
     pub fn record(
         &self,
         e: &MachineEntry,
-        step: &str,
+        step: BootStep,
         detail: &str,
         bytes: Option<u64>,
         boot_id: Option<&str>,
@@ -235,7 +235,7 @@ impl BootState {
             &e.name,
             BootEvent {
                 time: jiff::Timestamp::now(),
-                step: step.into(),
+                step,
                 detail: detail.into(),
                 bytes,
                 boot_id: boot_id.map(str::to_string),
@@ -302,7 +302,9 @@ impl Params {
     /// The `mac` parameter, or why it is unusable.
     pub fn mac(&self) -> Result<[u8; 6], &'static str> {
         let s = self.get("mac").ok_or("mac: missing")?;
-        crate::api::validate::parse_mac(s).ok_or("mac: not a MAC address (aa-bb-cc-dd-ee-ff)")
+        s.parse::<MacAddr>()
+            .map(MacAddr::octets)
+            .map_err(|_| "mac: not a MAC address (aa-bb-cc-dd-ee-ff)")
     }
 }
 

@@ -228,16 +228,11 @@ pub fn render_wait(
     };
     Ok(WaitTemplate {
         reason,
-        mac: &crate::api::validate::format_mac(mac),
+        mac: &crate::api::MacAddr(*mac).to_string(),
         message,
         wait_seconds,
     }
     .render()?)
-}
-
-/// A MAC as `aa-bb-cc-dd-ee-ff` (what iPXE's `${mac:hexhyp}` gives).
-pub fn mac_hyphen(mac: &[u8; 6]) -> String {
-    crate::api::validate::format_mac(mac).replace(':', "-")
 }
 
 #[cfg(test)]
@@ -353,7 +348,7 @@ mod tests {
             Platform::Unknown
         );
         assert_eq!(
-            mac_hyphen(&[0x52, 0x54, 0, 1, 2, 0xff]),
+            crate::api::MacAddr([0x52, 0x54, 0, 1, 2, 0xff]).hyphenated(),
             "52-54-00-01-02-ff"
         );
     }

@@ -13,9 +13,9 @@ use http::{StatusCode, header};
 use tracing::Instrument;
 
 use super::metrics::{Endpoint, ErrorReason};
-use super::script::{self, InstallParams, Platform, WaitReason, is_word, mac_hyphen};
+use super::script::{self, InstallParams, Platform, WaitReason, is_word};
 use super::{BootState, Params, reply};
-use crate::api::{DiscoveredMachine, Machine};
+use crate::api::{BootPurpose, BootStep, DiscoveredMachine, MacAddr, Machine};
 use crate::directory::{BootIntent, MachineEntry};
 use crate::store::TypedStore;
 
@@ -62,7 +62,8 @@ async fn serve(st: &BootState, peer: SocketAddr, q: &str) -> Response {
         }
     }
     let platform = Platform::from_query(plat, arch);
-    let span = tracing::info_span!("boot_script", mac = %mac_hyphen(&mac), peer = %peer.ip());
+    let span =
+        tracing::info_span!("boot_script", mac = %MacAddr(mac).hyphenated(), peer = %peer.ip());
     serve_mac(st, peer, mac, arch, plat, platform)
         .instrument(span)
         .await
@@ -95,7 +96,7 @@ async fn serve_mac(
     let intent = MachineEntry::from_machine(&m).map_or(BootIntent::Idle, |e| e.intent);
     let (kind, rendered) = match &intent {
         BootIntent::Install { boot_id, purpose } => {
-            match install(st, &m, &mac, boot_id, purpose, arch, plat).await {
+            match install(st, &m, &mac, boot_id, *purpose, arch, plat).await {
                 Ok(rendered) => ("install", rendered),
                 Err(r) => return r,
             }
@@ -114,7 +115,13 @@ async fn serve_mac(
         BootIntent::Install { boot_id, .. } => Some(boot_id.as_str()),
         _ => None,
     };
-    st.record(&entry, "Script", kind, Some(s.len() as u64), boot_id);
+    st.record(
+        &entry,
+        BootStep::Script,
+        kind,
+        Some(s.len() as u64),
+        boot_id,
+    );
     st.metrics.transfer(Endpoint::script, s.len() as u64, true);
     tracing::info!(script = kind, "iPXE script served");
     ipxe(s)
@@ -134,7 +141,7 @@ async fn install(
     m: &Machine,
     mac: &[u8; 6],
     boot_id: &str,
-    purpose: &str,
+    purpose: BootPurpose,
     arch: Option<&str>,
     plat: Option<&str>,
 ) -> Result<Result<String, script::ScriptError>, Response> {
@@ -171,7 +178,7 @@ async fn install(
     let token = st.key.mint(uid, boot_id);
     let ctx = st.ignition_context(mac, &token, boot_id);
     let base = &st.settings.base_url;
-    let mh = mac_hyphen(mac);
+    let mh = MacAddr(*mac).hyphenated();
     let image_url = |sha: &str, name: &str| format!("{base}/images/{sha}/{name}?mac={mh}");
     let kernel_url = image_url(&shas[0], "kernel");
     let initrd_url = image_url(&shas[1], "initrd");
@@ -202,7 +209,7 @@ async fn install(
     Ok(script::render_install(&InstallParams {
         machine: name,
         boot_id,
-        purpose,
+        purpose: purpose.as_str(),
         os: &image.os,
         version: &image.version,
         kernel_url: &kernel_url,

@@ -275,7 +275,7 @@ async fn the_power_cycle_marker_is_durable_before_a_failed_power_on() {
     bmc.verify().unwrap();
     let st = get(&e, "m1").await.status.unwrap();
     let boot = st.boot.clone().unwrap();
-    assert_eq!(boot.purpose, "install");
+    assert_eq!(boot.purpose, crate::api::BootPurpose::Install);
     assert!(holds_boot_slot(&st));
     assert_eq!(
         st.progress.get("powerCycledFor").map(String::as_str),

@@ -2,7 +2,8 @@
 //! applying status steps, and the messages people read.
 
 use super::super::plan::{
-    BootOutcome, BootPurpose, boot_outcome, boot_timeline, desired_revision, node_name,
+    BootOutcome, BootPurpose, boot_outcome, boot_timeline, desired_revision, failed_detail,
+    node_name,
 };
 use super::*;
 
@@ -102,10 +103,8 @@ fn boot_outcome_reads_the_record_first_then_the_history() {
         .0
         .status
         .unwrap();
-    assert_eq!(
-        boot_outcome(&st3, &b),
-        Some(BootOutcome::Failed("disk".into()))
-    );
+    assert_eq!(boot_outcome(&st3, &b), Some(BootOutcome::Failed));
+    assert_eq!(failed_detail(&st3, "b1"), "disk");
 
     let closed = m
         .clone()
@@ -114,13 +113,14 @@ fn boot_outcome_reads_the_record_first_then_the_history() {
     let st4 = closed.0.status.unwrap();
     assert_eq!(
         boot_outcome(&st4, st4.boot.as_ref().unwrap()),
-        Some(BootOutcome::Failed("disk".into()))
+        Some(BootOutcome::Failed)
     );
+    assert_eq!(failed_detail(&st4, "b1"), "disk");
 
     let sup = m.completed(6, "superseded").0.status.unwrap();
     assert_eq!(
         boot_outcome(&sup, sup.boot.as_ref().unwrap()),
-        Some(BootOutcome::Ended("superseded".into()))
+        Some(BootOutcome::Superseded)
     );
 }
 

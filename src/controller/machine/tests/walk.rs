@@ -122,7 +122,7 @@ impl World {
         self.pxe_once = false;
         let Some(b) = open else { return };
         *self.cycles.entry(b.id.clone()).or_default() += 1;
-        let done = if b.purpose == "deprovision" {
+        let done = if b.purpose == BootPurpose::Deprovision {
             "Wiped"
         } else {
             "Installed"
@@ -132,7 +132,7 @@ impl World {
             .push((t + 60, Ev::History("DHCPAck", b.id.clone())));
         self.pending
             .push((t + 300, Ev::History(done, b.id.clone())));
-        if b.purpose != "deprovision" {
+        if b.purpose != BootPurpose::Deprovision {
             self.pending
                 .push((t + 420, Ev::History("Booted", b.id.clone())));
             self.pending
@@ -245,7 +245,7 @@ impl World {
                                 self.m.metadata.name.clone().unwrap_or_default(),
                                 self.minted
                             ),
-                            purpose: purpose.as_str().into(),
+                            purpose: *purpose,
                             revision: revision.clone(),
                             minted_at: now,
                             ..BootRecord::default()
@@ -358,10 +358,7 @@ fn provision_reimage_and_retire_a_server() {
         st.observed.as_ref().unwrap().kubelet_version.as_deref(),
         Some("v1.34.0")
     );
-    assert_eq!(
-        st.boot.as_ref().unwrap().purpose,
-        BootPurpose::Reimage.as_str()
-    );
+    assert_eq!(st.boot.as_ref().unwrap().purpose, BootPurpose::Reimage);
 
     // Settled: a look at a Ready machine writes nothing and does nothing.
     let plan = w.reconcile();
