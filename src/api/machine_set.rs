@@ -216,10 +216,11 @@ pub struct SetRevision {
     /// it installed this.
     pub hash: String,
     pub class_name: String,
-    /// The class's spec as it was, with the template's overrides applied.
+    /// The class's spec as it was when the revision was made.
     pub class_spec: MachineClassSpec,
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub labels: BTreeMap<String, String>,
+    /// The template's overrides (set on each pinned Machine).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub overrides: Option<MachineOverrides>,
     #[schemars(with = "String")]
     pub created_at: Timestamp,
     /// Every machine passed the health gate on it.
