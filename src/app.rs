@@ -181,7 +181,7 @@ pub async fn serve(global: &crate::cli::GlobalArgs, args: ServeArgs) -> anyhow::
             store.clone(),
             controller,
             bmc_settings.quirks.clone(),
-            runner_metrics,
+            runner_metrics.clone(),
             lease_releaser.map(|r| {
                 Arc::new(r) as Arc<dyn crate::controller::machine::execute::AddressReleaser>
             }),
@@ -189,6 +189,14 @@ pub async fn serve(global: &crate::cli::GlobalArgs, args: ServeArgs) -> anyhow::
             cancel.clone(),
         )
         .await?;
+        let set_metrics = runner_metrics;
+        crate::controller::machine_set::start::start_machine_set_controller(
+            store.clone(),
+            controller_config.kubeconfig.is_some(),
+            set_metrics,
+            &mut tasks,
+            cancel.clone(),
+        );
     } else {
         tracing::info!("machine controller disabled by config");
     }

@@ -75,8 +75,16 @@ fn headers(kind: Kind, wide: bool) -> Vec<&'static str> {
             &["BMC", "MAC", "ADDRESS", "ERROR"],
         ),
         Kind::MachineSet => (
-            &["NAME", "DESIRED", "READY", "UPDATED", "AGE"],
-            &["CLASS", "ROLLOUT"],
+            &[
+                "NAME",
+                "DESIRED",
+                "READY",
+                "UPDATED",
+                "AVAILABLE",
+                "STATE",
+                "AGE",
+            ],
+            &["CLASS", "REVISION"],
         ),
         Kind::MachineClass => (&["NAME", "OS", "IMAGE", "KUBELET", "AGE"], &["RUNTIME"]),
         Kind::DiscoveredMachine => (
@@ -128,6 +136,8 @@ fn row(kind: Kind, o: &Value, wide: bool, now: Timestamp) -> Vec<String> {
             num(o, "/spec/replicas"),
             num(o, "/status/readyReplicas"),
             num(o, "/status/updatedReplicas"),
+            num(o, "/status/availableReplicas"),
+            s(o, "/status/rolloutState").into(),
             age,
         ],
         Kind::MachineClass => vec![
@@ -180,7 +190,7 @@ fn row(kind: Kind, o: &Value, wide: bool, now: Timestamp) -> Vec<String> {
             ]),
             Kind::MachineSet => r.extend([
                 s(o, "/spec/template/classRef/name").to_string(),
-                s(o, "/status/rolloutState").to_string(),
+                num(o, "/status/updateRevision"),
             ]),
             Kind::MachineClass => r.push(format!(
                 "{} {}",

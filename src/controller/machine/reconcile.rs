@@ -71,6 +71,16 @@ impl MachineReconciler {
         let Some(r) = &m.spec.class_ref else {
             return Ok(ClassObserved::NotReferenced);
         };
+        // A set's machine installs its pinned revision's snapshot, and is
+        // up to date when it installed that snapshot: a live class change
+        // reaches it only through its set's rollout.
+        let pinned =
+            crate::controller::machine_set::pin::pinned_class(self.store.as_ref(), m).await?;
+        if let Some((snapshot, hash)) = pinned {
+            let mut view = ClassView::new(m, &snapshot);
+            view.revision = hash;
+            return Ok(ClassObserved::Present(view));
+        }
         match self.store.get_obj::<MachineClass>(ns, &r.name).await {
             Ok(c) => Ok(ClassObserved::Present(ClassView::new(m, &c))),
             Err(e) if e.is_not_found() => Ok(ClassObserved::Missing {

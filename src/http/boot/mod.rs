@@ -172,6 +172,12 @@ impl BootState {
             .await;
             return Err(reply(StatusCode::CONFLICT, "machine has no classRef"));
         };
+        // A set's machine is rendered from its pinned revision's snapshot.
+        match crate::controller::machine_set::pin::pinned_class(self.store.as_ref(), m).await {
+            Ok(Some((snapshot, _))) => return Ok(snapshot),
+            Ok(None) => {}
+            Err(e) => return Err(self.store_error(e)),
+        }
         match self.store.get_obj::<MachineClass>(ns, &cref.name).await {
             Ok(c) => Ok(c),
             Err(e) if e.is_not_found() => {
