@@ -15,6 +15,7 @@ pub(crate) fn class(version: &str) -> MachineClassSpec {
         url: format!("http://images.example/{n}"),
         sha256: Some("ab".repeat(32)),
         sha512: None,
+        checksums_url: None,
     };
     MachineClassSpec {
         image: OsImage {
