@@ -86,10 +86,8 @@ fn apply_get_describe_delete_round_trip() {
         "PATCH",
         base,
         Some(&s.token),
-        Some(
-            &json!({"metadata": {"labels": {"example.com/owner": "ops"},
-                                  "finalizers": ["metalherd.dev/machine"]}}),
-        ),
+        Some(&json!({"metadata": {"labels": {"example.com/owner": "ops"},
+                                  "finalizers": ["metalherd.dev/machine"]}})),
         "application/merge-patch+json",
     );
     assert_eq!(code, 200);
@@ -114,10 +112,7 @@ fn apply_get_describe_delete_round_trip() {
     assert!(ok(&s, &["apply", "-f", f]).contains("machine/rack1-u07 configured"));
     let (_, m) = s.req("GET", base, None);
     assert_eq!(m["metadata"]["labels"]["rack"], "rack2");
-    assert_eq!(
-        m["metadata"]["labels"]["example.com/owner"],
-        "ops"
-    );
+    assert_eq!(m["metadata"]["labels"]["example.com/owner"], "ops");
     assert_eq!(
         m["metadata"]["finalizers"],
         json!(["metalherd.dev/machine"])

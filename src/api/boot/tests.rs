@@ -169,7 +169,10 @@ const SHARED_WORDS: [&str; 2] = ["install", "timeout"];
 /// piece of the line).
 const OTHER_VOCABULARIES: [(&str, &str); 4] = [
     // A MachineSet's rollout state.
-    ("src/api/machine_set.rs", "RolloutState::Failed => \"Failed\""),
+    (
+        "src/api/machine_set.rs",
+        "RolloutState::Failed => \"Failed\"",
+    ),
     // The request named in a refusal event's message.
     (
         "src/http/boot/ignition.rs",
