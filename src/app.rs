@@ -181,7 +181,7 @@ pub async fn serve(global: &crate::cli::GlobalArgs, args: ServeArgs) -> anyhow::
             store.clone(),
             controller,
             bmc_settings.quirks.clone(),
-            runner_metrics,
+            runner_metrics.clone(),
             lease_releaser.map(|r| {
                 Arc::new(r) as Arc<dyn crate::controller::machine::execute::AddressReleaser>
             }),
@@ -189,6 +189,14 @@ pub async fn serve(global: &crate::cli::GlobalArgs, args: ServeArgs) -> anyhow::
             cancel.clone(),
         )
         .await?;
+        let set_metrics = runner_metrics;
+        crate::controller::machine_set::start::start_machine_set_controller(
+            store.clone(),
+            controller_config.kubeconfig.is_some(),
+            set_metrics,
+            &mut tasks,
+            cancel.clone(),
+        );
     } else {
         tracing::info!("machine controller disabled by config");
     }
@@ -217,7 +225,7 @@ pub async fn serve(global: &crate::cli::GlobalArgs, args: ServeArgs) -> anyhow::
         data_dir.join(TOKEN_FILE).display()
     );
     let shutdown = cancel.clone();
-    let served = axum::serve(listener, app)
+    let served = axum::serve(crate::http::no_delay(listener), app)
         .with_graceful_shutdown(async move { shutdown.cancelled().await })
         .await;
     // Whatever ended the server ends everything else too.

@@ -500,6 +500,7 @@ async fn image_cache_downloads_over_http_once_and_verifies() {
         url: format!("{}/assets/vmlinuz", s.url),
         sha256: Some(sha.clone()),
         sha512: None,
+        checksums_url: None,
     };
     // Concurrent requests share one download.
     let (a, b) = tokio::join!(cache.ensure(&art), cache.ensure(&art));
@@ -518,6 +519,7 @@ async fn image_cache_downloads_over_http_once_and_verifies() {
         url: format!("{}/assets/other", s.url),
         sha256: Some("0".repeat(64)),
         sha512: None,
+        checksums_url: None,
     };
     assert!(matches!(
         cache.ensure(&bad).await,
@@ -528,9 +530,61 @@ async fn image_cache_downloads_over_http_once_and_verifies() {
         url: format!("{}/assets/missing", s.url),
         sha256: Some("1".repeat(64)),
         sha512: None,
+        checksums_url: None,
     };
     assert!(matches!(
         cache.ensure(&missing).await,
         Err(boot::cache::CacheError::Download { .. })
     ));
+}
+
+#[tokio::test]
+async fn a_fedora_coreos_live_boot_gets_its_rootfs_url() {
+    let s = start().await;
+    let dir = tempfile::tempdir().unwrap();
+    for (f, bytes) in [
+        ("kernel", &b"fcos kernel"[..]),
+        ("initramfs", b"fcos initramfs"),
+        ("rootfs.img", b"fcos live rootfs"),
+    ] {
+        std::fs::write(dir.path().join(f), bytes).unwrap();
+    }
+    let mut class = bootlab::class(
+        "fcos",
+        bootlab::file_artifact(&dir.path().join("kernel")),
+        bootlab::file_artifact(&dir.path().join("initramfs")),
+        &["console=ttyS0"],
+    );
+    class.spec.image.os = "fedora-coreos".into();
+    class.spec.image.version = "42.20250721.3.0".into();
+    class.spec.image.rootfs = Some(bootlab::file_artifact(&dir.path().join("rootfs.img")));
+    s.store.create_obj(&class).await.unwrap();
+    let m = bootlab::machine("fcos-1", "52:54:00:00:0f:01", "127.0.0.1/8", "fcos");
+    let m = bootlab::create_booting(s.store.as_ref(), &m, "boot-1").await;
+    wait_known(&s, [0x52, 0x54, 0, 0, 0x0f, 1], Some("boot-1")).await;
+    let c = client();
+    let r = c
+        .get(format!(
+            "{}/boot.ipxe?mac=52-54-00-00-0f-01&arch=x86_64&platform=efi",
+            s.url
+        ))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let script = r.text().await.unwrap();
+    // The rootfs URL on the kernel line serves the class's rootfs.
+    let url = script
+        .split_whitespace()
+        .find_map(|a| a.strip_prefix("coreos.live.rootfs_url="))
+        .unwrap_or_else(|| panic!("no coreos.live.rootfs_url in:\n{script}"));
+    let got = c.get(url).send().await.unwrap();
+    assert_eq!(got.status(), 200, "{url}");
+    assert_eq!(got.bytes().await.unwrap().as_ref(), b"fcos live rootfs");
+    // The whole script, with the per-run parts (port, token) replaced.
+    let token = s.key.mint(m.metadata.uid.as_deref().unwrap(), "boot-1");
+    let shown = script
+        .replace(&s.url, "http://BOOT")
+        .replace(&token, "TOKEN");
+    insta::assert_snapshot!("fcos_live_install_script", shown);
 }

@@ -77,18 +77,17 @@ fn apply_get_describe_delete_round_trip() {
         "secret/rack1-u07-bmc unchanged\nmachine/rack1-u07 unchanged\n"
     );
 
-    // Something else claims the machine (a label and a finalizer, as a
-    // MachineSet would); the machine controller running in this server
+    // Someone else adds to the machine (a label and a finalizer; not the
+    // MachineSet claim label, which the MachineSet controller releases when
+    // it names no set); the machine controller running in this server
     // writes status meanwhile.
     let base = "/apis/metalherd.dev/v1alpha1/namespaces/default/machines/rack1-u07";
     let (code, _) = s.http(
         "PATCH",
         base,
         Some(&s.token),
-        Some(
-            &json!({"metadata": {"labels": {"metalherd.dev/machineset": "workers"},
-                                  "finalizers": ["metalherd.dev/machine"]}}),
-        ),
+        Some(&json!({"metadata": {"labels": {"example.com/owner": "ops"},
+                                  "finalizers": ["metalherd.dev/machine"]}})),
         "application/merge-patch+json",
     );
     assert_eq!(code, 200);
@@ -113,10 +112,7 @@ fn apply_get_describe_delete_round_trip() {
     assert!(ok(&s, &["apply", "-f", f]).contains("machine/rack1-u07 configured"));
     let (_, m) = s.req("GET", base, None);
     assert_eq!(m["metadata"]["labels"]["rack"], "rack2");
-    assert_eq!(
-        m["metadata"]["labels"]["metalherd.dev/machineset"],
-        "workers"
-    );
+    assert_eq!(m["metadata"]["labels"]["example.com/owner"], "ops");
     assert_eq!(
         m["metadata"]["finalizers"],
         json!(["metalherd.dev/machine"])
@@ -167,7 +163,7 @@ fn apply_get_describe_delete_round_trip() {
     let d = ok(&s, &["describe", "machine", "rack1-u07"]);
     for want in [
         "Name:         rack1-u07",
-        "Labels:       metalherd.dev/machineset=workers",
+        "Labels:       example.com/owner=ops",
         "Finalizers:   metalherd.dev/machine",
         "address: ipmi://127.0.0.1:9",
         "Spec:",

@@ -1,6 +1,8 @@
-//! Story: hostile or broken TFTP clients change nothing. Traversal attempts
-//! and writes are refused with an ERROR packet, malformed datagrams are
-//! counted and dropped, a client's ERROR ends its transfer at once, a
+//! Story: hostile or broken TFTP clients change nothing. Traversal attempts,
+//! writes and malformed requests are refused with an ERROR packet (within
+//! a rate limit), junk on a transfer socket is counted and dropped, a
+//! client refused because the server is busy gets no answer and is served
+//! when it retransmits, a client's ERROR ends its transfer at once, a
 //! vanished client's transfer ends after its retries, duplicate ACKs never
 //! cause duplicate DATA, and shutdown drains within its deadline.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
@@ -121,33 +123,61 @@ async fn write_requests_are_refused() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn malformed_packets_are_counted_and_dropped() {
+async fn malformed_requests_are_answered_with_an_error_packet() {
     let fx = start(|_| {}).await;
     let s = raw_socket();
-    let junk: Vec<Vec<u8>> = vec![
+    // What the request port cannot serve, and the ERROR code it answers
+    // with (RFC 1350 code 4, RFC 2347 code 8 for options).
+    let refused: Vec<(Vec<u8>, u16)> = vec![
+        (b"\x00\x01file".to_vec(), 4),                  // name not terminated
+        (b"\x00\x01\x00octet\x00".to_vec(), 4),         // empty name
+        (b"\x00\x01\xff\xfe\x00octet\x00".to_vec(), 4), // name not UTF-8
+        (b"\x00\x02\x00octet\x00".to_vec(), 4),         // empty name, write
+        (b"\x00\x01f\x00mail\x00".to_vec(), 4),         // obsolete mode
+        (b"\x00\x01f\x00binary\x00".to_vec(), 4),       // unknown mode
+        (b"\x00\x01f\x00octet".to_vec(), 4),            // mode not terminated
+        (b"\x00\x01f\x00octet\x00blksize\x00".to_vec(), 8), // option without value
+        (b"\x00\x01f\x00octet\x00blksize\x001468".to_vec(), 8), // value not terminated
+        (b"\x00\x09hello".to_vec(), 4),                 // unknown opcode
+        (b"\xff\xff\xff\xff".to_vec(), 4),
+        (ack(1), 4),                           // not a request
+        (b"\x00\x03\x00\x01data".to_vec(), 4), // DATA to the request port
+    ];
+    for (datagram, want) in &refused {
+        s.send_to(datagram, fx.addr).unwrap();
+        let (from, p) = recv_packet(&s);
+        assert_eq!(from, fx.addr, "{datagram:?}: refused from the request port");
+        match p {
+            Packet::Error { code, message } => {
+                assert_eq!(code, *want, "{datagram:?}: {message}");
+                assert!(!message.is_empty());
+            }
+            other => panic!("{datagram:?}: expected ERROR, got {other:?}"),
+        }
+    }
+    // Never answered: crumbs too short for an opcode, and ERROR packets
+    // (errors are not acknowledged). A valid request right after them is
+    // answered first, so nothing was sent for them.
+    let silent: Vec<Vec<u8>> = vec![
         vec![],
         vec![0],
-        b"\x00\x01file".to_vec(),
-        b"\x00\x01\x00octet\x00".to_vec(),
-        b"\x00\x01f\x00mail\x00".to_vec(),
-        b"\x00\x01f\x00octet\x00blksize\x00".to_vec(),
-        b"\x00\x09hello".to_vec(),
-        b"\xff\xff\xff\xff".to_vec(),
-        b"\x00\x01\xff\xfe\x00octet\x00".to_vec(),
-        ack(1),                           // valid TFTP, but not a request
-        b"\x00\x03\x00\x01data".to_vec(), // DATA to the request port
-        common::tftp::pseudo_random(1400),
+        Packet::Error {
+            code: 0,
+            message: "stray".into(),
+        }
+        .encode()
+        .to_vec(),
     ];
-    for j in &junk {
+    for j in &silent {
         s.send_to(j, fx.addr).unwrap();
     }
-    let n = junk.len() as u64;
-    eventually("every junk datagram counted", || {
+    let n = (refused.len() + silent.len()) as u64;
+    eventually("every malformed datagram counted", || {
         fx.metrics.malformed_total() == n
     })
     .await;
 
-    // Junk on a transfer socket is dropped too; the transfer goes on.
+    // Junk on a transfer socket is dropped; the transfer goes on.
     s.send_to(&rrq("sub/nested.txt", &[]), fx.addr).unwrap();
     let (tid, p) = recv_packet(&s);
     assert!(matches!(p, Packet::Data { block: 1, .. }), "{p:?}");
@@ -160,14 +190,130 @@ async fn malformed_packets_are_counted_and_dropped() {
     .await;
     assert_eq!(fx.metrics.malformed_total(), n + 2);
 
-    // The server still serves real clients.
+    // Real clients learn at once: atftp reports the server's refusal of a
+    // mode it does not serve instead of timing out.
     let out_dir = tempfile::tempdir().unwrap();
+    let port = fx.addr.port().to_string();
+    let o = run_client(
+        "atftp",
+        &[
+            "--option",
+            "mode mail",
+            "-g",
+            "-r",
+            "random.bin",
+            "-l",
+            "m",
+            "127.0.0.1",
+            &port,
+        ],
+        out_dir.path(),
+    )
+    .await;
+    let text = String::from_utf8_lossy(&o.stderr).to_string() + &String::from_utf8_lossy(&o.stdout);
+    assert!(!o.status.success(), "atftp mail mode: {o:?}");
+    assert!(text.contains("transfer mode"), "atftp mail mode: {text}");
+
+    // The server still serves real clients.
     let out = out_dir.path().join("ok");
     let o = curl(&fx.url("random.bin"), &out, &[]).await;
     assert!(o.status.success(), "{o:?}");
     assert_eq!(
         std::fs::read(&out).unwrap(),
         std::fs::read(fx.root().join("random.bin")).unwrap()
+    );
+    fx.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn error_replies_are_rate_limited() {
+    let fx = start(|c| {
+        c.error_replies_per_second = 1;
+        c.error_reply_burst = 3;
+    })
+    .await;
+    let s = raw_socket();
+    let started = std::time::Instant::now();
+    for _ in 0..8 {
+        s.send_to(b"\x00\x01f\x00mail\x00", fx.addr).unwrap();
+    }
+    eventually("every request counted", || {
+        fx.metrics.malformed_total() == 8
+    })
+    .await;
+    let elapsed = started.elapsed().as_secs();
+    let mut answered = 0u64;
+    s.set_read_timeout(Some(Duration::from_millis(300)))
+        .unwrap();
+    let mut buf = [0u8; 2048];
+    while let Ok((n, _)) = s.recv_from(&mut buf) {
+        assert!(matches!(
+            Packet::decode(&buf[..n]),
+            Ok(Packet::Error { code: 4, .. })
+        ));
+        answered += 1;
+    }
+    // The burst, plus what the rate refilled while the requests came in.
+    assert!(
+        (3..=3 + elapsed).contains(&answered),
+        "{answered} ERRORs for 8 refusals"
+    );
+    let limited = fx
+        .metrics
+        .dropped_requests
+        .get(&metalherd::tftp::metrics::ReasonLabel {
+            reason: "error_rate_limited",
+        })
+        .map(|c| c.get());
+    assert_eq!(limited, Some(8 - answered));
+    // Refusals made by transfers (a missing file) draw from the same budget.
+    s.send_to(&rrq("missing", &[]), fx.addr).unwrap();
+    eventually("the missing file is counted", || {
+        fx.metrics.transfers_with("not_found") == 1
+    })
+    .await;
+    fx.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_busy_refused_client_gets_nothing_and_is_served_when_it_retransmits() {
+    let fx = start(|c| {
+        c.max_transfers = 1;
+        c.timeout_ms = 60_000;
+        c.max_timeout_ms = 60_000;
+    })
+    .await;
+    let first = raw_socket();
+    first.send_to(&rrq("sub/nested.txt", &[]), fx.addr).unwrap();
+    let (tid, p) = recv_packet(&first);
+    assert!(matches!(p, Packet::Data { block: 1, .. }), "{p:?}");
+    // The only slot is taken: the second client's request is not answered
+    // (an ERROR would end a firmware's boot attempt; silence makes it
+    // retransmit).
+    let second = raw_socket();
+    second
+        .send_to(&rrq("sub/nested.txt", &[]), fx.addr)
+        .unwrap();
+    eventually("busy counted", || {
+        fx.metrics
+            .dropped_requests
+            .get(&metalherd::tftp::metrics::ReasonLabel { reason: "busy" })
+            .is_some_and(|c| c.get() == 1)
+    })
+    .await;
+    // The first transfer ends, the slot frees, the retransmission is served.
+    first.send_to(&ack(1), tid).unwrap();
+    eventually("first transfer completes", || {
+        fx.metrics.transfers_with("complete") == 1
+    })
+    .await;
+    second
+        .send_to(&rrq("sub/nested.txt", &[]), fx.addr)
+        .unwrap();
+    let (_, p) = recv_packet(&second);
+    assert!(
+        matches!(&p, Packet::Data { block: 1, data } if &data[..] == b"nested\n"),
+        "the busy client's first packet: {p:?}"
     );
     fx.stop().await;
 }

@@ -21,7 +21,8 @@ pub struct SecretReference {
     pub key: Option<String>,
 }
 
-/// A downloadable artifact pinned by its digest.
+/// A downloadable artifact pinned by its digest: its own `sha256` /
+/// `sha512`, or the distribution's checksum file that lists it.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct Artifact {
@@ -32,6 +33,11 @@ pub struct Artifact {
     /// Hex sha512 of the content (128 characters).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sha512: Option<String>,
+    /// URL of the distribution's checksum file listing this artifact by
+    /// file name, used when neither digest is given: Flatcar's `.DIGESTS`,
+    /// a `sha256sum`-style list, or Fedora CoreOS stream metadata JSON.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub checksums_url: Option<String>,
 }
 
 /// The last error a controller hit for an object, readable without logs.

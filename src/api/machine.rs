@@ -17,6 +17,21 @@ use super::machine_class::OsImage;
 pub const FINALIZER: &str = "metalherd.dev/machine";
 /// Annotation asking for a reimage; a new value asks again.
 pub const REIMAGE_ANNOTATION: &str = "metalherd.dev/reimage";
+/// Annotation that pauses a Machine (as Metal3's `baremetalhost.metal3.io/
+/// paused` and Cluster API's `cluster.x-k8s.io/paused` do): while it is
+/// present, whatever its value, the Machine is validated and shown but the
+/// controller makes no BMC call and no boot for it.
+pub const PAUSED_ANNOTATION: &str = "metalherd.dev/paused";
+
+impl Machine {
+    /// Whether [`PAUSED_ANNOTATION`] is set.
+    pub fn is_paused(&self) -> bool {
+        self.metadata
+            .annotations
+            .as_ref()
+            .is_some_and(|a| a.contains_key(PAUSED_ANNOTATION))
+    }
+}
 
 /// A physical server: how to reach its BMC, how it boots, which class it runs.
 #[derive(CustomResource, Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]

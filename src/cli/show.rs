@@ -75,8 +75,16 @@ fn headers(kind: Kind, wide: bool) -> Vec<&'static str> {
             &["BMC", "MAC", "ADDRESS", "ERROR"],
         ),
         Kind::MachineSet => (
-            &["NAME", "DESIRED", "READY", "UPDATED", "AGE"],
-            &["CLASS", "ROLLOUT"],
+            &[
+                "NAME",
+                "DESIRED",
+                "READY",
+                "UPDATED",
+                "AVAILABLE",
+                "STATE",
+                "AGE",
+            ],
+            &["CLASS", "REVISION"],
         ),
         Kind::MachineClass => (&["NAME", "OS", "IMAGE", "KUBELET", "AGE"], &["RUNTIME"]),
         Kind::DiscoveredMachine => (
@@ -96,13 +104,28 @@ fn headers(kind: Kind, wide: bool) -> Vec<&'static str> {
     h
 }
 
+/// A Machine's PHASE column: `PAUSED` while the pause annotation is set
+/// (with the phase it stays in, if it has one).
+fn machine_phase(o: &Value) -> String {
+    let phase = s(o, "/status/phase");
+    let paused = o
+        .pointer("/metadata/annotations")
+        .and_then(Value::as_object)
+        .is_some_and(|a| a.contains_key(crate::api::PAUSED_ANNOTATION));
+    match (paused, phase.is_empty()) {
+        (false, _) => phase.to_string(),
+        (true, true) => "PAUSED".into(),
+        (true, false) => format!("PAUSED({phase})"),
+    }
+}
+
 fn row(kind: Kind, o: &Value, wide: bool, now: Timestamp) -> Vec<String> {
     let age = age_of(ts(o, "/metadata/creationTimestamp"), now);
     let name = s(o, "/metadata/name").to_string();
     let mut r: Vec<String> = match kind {
         Kind::Machine => vec![
             name,
-            s(o, "/status/phase").into(),
+            machine_phase(o),
             s(o, "/status/powerState").into(),
             s(o, "/status/nodeRef/name").into(),
             s(o, "/spec/classRef/name").into(),
@@ -113,6 +136,8 @@ fn row(kind: Kind, o: &Value, wide: bool, now: Timestamp) -> Vec<String> {
             num(o, "/spec/replicas"),
             num(o, "/status/readyReplicas"),
             num(o, "/status/updatedReplicas"),
+            num(o, "/status/availableReplicas"),
+            s(o, "/status/rolloutState").into(),
             age,
         ],
         Kind::MachineClass => vec![
@@ -165,7 +190,7 @@ fn row(kind: Kind, o: &Value, wide: bool, now: Timestamp) -> Vec<String> {
             ]),
             Kind::MachineSet => r.extend([
                 s(o, "/spec/template/classRef/name").to_string(),
-                s(o, "/status/rolloutState").to_string(),
+                num(o, "/status/updateRevision"),
             ]),
             Kind::MachineClass => r.push(format!(
                 "{} {}",

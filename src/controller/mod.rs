@@ -1,11 +1,12 @@
 //! Controllers: the runner (queue, backoff, requeue, concurrency), the
-//! boot-storm limit, and the Machine lifecycle. They reach objects only
+//! boot-storm limit, the Machine lifecycle and MachineSet rollouts. They reach objects only
 //! through `store::Store` and the target cluster only through
 //! `cluster::TargetCluster`.
 
 pub mod config;
 pub mod feed;
 pub mod machine;
+pub mod machine_set;
 pub mod queue;
 pub mod runner;
 pub mod start;

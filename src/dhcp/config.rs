@@ -20,7 +20,7 @@ use super::lease_store::LeaseSync;
 ///   nextServer: 10.0.0.1         # siaddr / TFTP server (default: our address)
 ///   httpBootUrl: http://10.0.0.1:8080
 ///   ipxeScriptUrl: "http://10.0.0.1:8080/boot.ipxe?mac={mac}&arch={arch}"
-///   bootFiles: {0: undionly.kpxe, 7: ipxe.efi, 9: ipxe.efi, 11: snp.efi}
+///   bootFiles: {0: undionly.kpxe, 7: ipxe.efi, 9: ipxe.efi, 11: arm64/ipxe.efi}
 ///   discovery: {enabled: true, leaseTime: 600}
 ///   subnets:
 ///     - subnet: 10.0.0.0/24
@@ -154,18 +154,18 @@ pub mod arch {
     pub const HTTP_ARM64: u16 = 19;
 }
 
-/// The boot-file table used when the config names none for an architecture.
+/// The boot-file table used when the config names none for an
+/// architecture: only what boot-assets/ holds, each for the architecture
+/// it was built for (x86 BIOS and x86-64 UEFI). 32-bit UEFI (6, 15) and
+/// arm64 (11, 19) get nothing rather than an x86-64 binary they cannot
+/// run: a site with such machines adds its own build under `bootFiles`.
 pub fn default_boot_files() -> BTreeMap<u16, String> {
     use arch::*;
     [
         (X86_BIOS, "undionly.kpxe"),
-        (EFI_IA32, "ipxe.efi"),
         (EFI_BC, "ipxe.efi"),
         (EFI_X86_64, "ipxe.efi"),
-        (EFI_ARM64, "snp.efi"),
-        (HTTP_X86, "ipxe.efi"),
         (HTTP_X86_64, "ipxe.efi"),
-        (HTTP_ARM64, "snp.efi"),
     ]
     .into_iter()
     .map(|(a, f)| (a, f.to_string()))
@@ -454,6 +454,41 @@ mod tests {
         assert_eq!(s.boot_files[&0], "undionly.kpxe");
         assert_eq!(s.subnets[0].pool_size(), 100);
         assert!(s.discovery);
+    }
+
+    /// The PE machine type a UEFI boot file must have for an option-93
+    /// architecture (RFC 4578 / IANA), `None` for legacy BIOS.
+    fn pe_machine_for(arch: u16) -> Option<u16> {
+        match arch {
+            0 => None,
+            6 | 15 => Some(0x014c),
+            7 | 9 | 16 => Some(0x8664),
+            10 | 18 => Some(0x01c2),
+            11 | 19 => Some(0xaa64),
+            other => panic!("no PE machine known for architecture {other}"),
+        }
+    }
+
+    #[test]
+    fn default_boot_files_exist_and_match_their_architecture() {
+        let assets = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("boot-assets");
+        for (arch, file) in default_boot_files() {
+            let bytes = std::fs::read(assets.join(&file))
+                .unwrap_or_else(|e| panic!("boot-assets/{file} (arch {arch}): {e}"));
+            let Some(want) = pe_machine_for(arch) else {
+                assert_ne!(&bytes[..2], b"MZ", "{file}: BIOS gets a PXE image, not PE");
+                continue;
+            };
+            assert_eq!(&bytes[..2], b"MZ", "{file}: not a PE image");
+            let pe = u32::from_le_bytes(bytes[0x3c..0x40].try_into().unwrap()) as usize;
+            assert_eq!(&bytes[pe..pe + 4], b"PE\0\0", "{file}");
+            let machine = u16::from_le_bytes([bytes[pe + 4], bytes[pe + 5]]);
+            assert_eq!(
+                machine, want,
+                "boot-assets/{file} is built for PE machine {machine:#06x}, \
+                 but architecture {arch} needs {want:#06x}"
+            );
+        }
     }
 
     #[test]

@@ -87,8 +87,9 @@ pub fn boot_info(
             let file = if f.starts_with("http://") || f.starts_with("https://") {
                 f.clone()
             } else {
+                // The boot HTTP server serves boot files under /assets/.
                 let base = cfg.http_boot_url.as_ref().ok_or(DropReason::NoBootFile)?;
-                format!("{base}/{f}")
+                format!("{base}/assets/{f}")
             };
             BootInfo {
                 file,
@@ -159,6 +160,16 @@ pub fn add_boot(m: &mut Message, req: &Request, b: &BootInfo) {
     }
 }
 
+/// iPXE's encapsulated option 175.176 (`no-pxedhcp` = 1): tells iPXE no
+/// ProxyDHCP offer will come. Without it iPXE holds back its REQUEST for
+/// up to three seconds, waiting for one, on every boot.
+pub fn ipxe_no_proxydhcp(m: &mut Message) {
+    m.opts_mut().insert(DhcpOption::Unknown(UnknownOption::new(
+        OptionCode::from(175),
+        vec![176, 1, 1],
+    )));
+}
+
 /// Echo option 82 byte for byte (RFC 3046); dhcproto writes it last.
 pub fn echo_relay_info(m: &mut Message, req: &Request) {
     if let Some(v) = req.opt(82) {
@@ -217,14 +228,15 @@ mod tests {
             &[(53, &[1]), (60, b"PXEClient"), (93, &[0, 11])],
         ))
         .unwrap();
-        assert_eq!(boot_info(&arm, &s, ip).unwrap().unwrap().file, "snp.efi");
+        // boot-assets/ holds no arm64 binary: nothing rather than x86-64.
+        assert_eq!(boot_info(&arm, &s, ip), Err(DropReason::NoBootFile));
         let http = Request::parse(&raw_request(
             mac,
             &[(53, &[1]), (60, b"HTTPClient:Arch:00016"), (93, &[0, 16])],
         ))
         .unwrap();
         let b = boot_info(&http, &s, ip).unwrap().unwrap();
-        assert_eq!(b.file, "http://10.0.0.1:8080/ipxe.efi");
+        assert_eq!(b.file, "http://10.0.0.1:8080/assets/ipxe.efi");
         assert_eq!(b.vendor_class, Some("HTTPClient"));
         let ipxe = Request::parse(&raw_request(
             mac,

@@ -378,6 +378,11 @@ fn address_reply(c: &Ctx, t: MessageType, ip: Option<Ipv4Addr>, subnet: &Subnet)
     if let Ok(Some(b)) = options::boot_info(c.req, &c.p.cfg, c.p.server_ip) {
         options::add_boot(&mut m, c.req, &b);
     }
+    // This server hands out the address and the script: no ProxyDHCP offer
+    // will follow, and iPXE need not wait for one.
+    if ClientKind::of(c.req) == ClientKind::Ipxe {
+        options::ipxe_no_proxydhcp(&mut m);
+    }
     options::echo_relay_info(&mut m, c.req);
     m
 }

@@ -17,9 +17,17 @@ pub struct TftpConfig {
     pub listen: SocketAddr,
     /// Directory files are served from (read-only).
     pub root: PathBuf,
-    /// Transfers in flight at once; requests beyond are dropped (the
-    /// client retries its request).
+    /// Transfers in flight at once; requests beyond get no answer: the
+    /// client retransmits its request after its timeout and is served once
+    /// a slot frees (an ERROR would end a firmware's boot attempt instead).
     pub max_transfers: usize,
+    /// ERROR replies to refused requests (malformed, not found, forbidden,
+    /// writes) per second, all clients together: they go to addresses
+    /// nobody verified. A refusal over the budget is not answered; the
+    /// client retransmits and is answered once the budget refills.
+    pub error_replies_per_second: u32,
+    /// Refusals answered at once before the rate applies.
+    pub error_reply_burst: u32,
     /// First retransmission timeout when the client does not negotiate one.
     pub timeout_ms: u64,
     /// Ceiling of the timeout after exponential backoff.
@@ -43,6 +51,8 @@ impl Default for TftpConfig {
             listen: SocketAddr::from(([0, 0, 0, 0], 69)),
             root: PathBuf::from("boot-assets"),
             max_transfers: 4096,
+            error_replies_per_second: 200,
+            error_reply_burst: 200,
             timeout_ms: 1000,
             max_timeout_ms: 8000,
             max_retries: 5,
@@ -79,6 +89,12 @@ impl TftpConfig {
         }
         if !(MIN_BLKSIZE..=MAX_BLKSIZE).contains(&self.max_blksize) {
             return Err(err("maxBlksize", "must be between 8 and 65464"));
+        }
+        if self.error_replies_per_second > 0 && self.error_reply_burst == 0 {
+            return Err(err(
+                "errorReplyBurst",
+                "must be at least 1 when errorRepliesPerSecond is above 0",
+            ));
         }
         if self.max_windowsize == 0 {
             return Err(err("maxWindowsize", "must be at least 1"));

@@ -32,7 +32,9 @@ pub struct TftpMetrics {
     /// Datagrams that are not TFTP, by decode error.
     pub malformed: Family<ReasonLabel, Counter>,
     /// Requests not served: `busy` (too many transfers), `duplicate` (a
-    /// retransmitted request for a transfer already running).
+    /// retransmitted request for a transfer already running), and
+    /// refusals left unanswered: `error_rate_limited` (the ERROR reply
+    /// budget was spent).
     pub dropped_requests: Family<ReasonLabel, Counter>,
     pub active: Gauge,
     /// Send calls on transfer sockets: `single` (one datagram) or `gso`
@@ -68,7 +70,7 @@ impl TftpMetrics {
         );
         r.register(
             "malformed_packets",
-            "Datagrams dropped as malformed, by reason",
+            "Malformed datagrams, by reason (requests among them are refused with an ERROR)",
             self.malformed.clone(),
         );
         r.register(
@@ -131,6 +133,7 @@ impl TftpMetrics {
             "not_utf8",
             "empty_filename",
             "bad_mode",
+            "malformed_option",
             "odd_options",
             "trailing",
             "unexpected",

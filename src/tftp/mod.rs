@@ -4,6 +4,7 @@
 //! - [`packet`]: wire format (no I/O);
 //! - [`session`]: one transfer as a state machine (no I/O, no clock);
 //! - [`source`]: files by name, path traversal refused;
+//! - [`refuse`]: which datagrams get an ERROR, and the budget of ERROR replies;
 //! - [`server`]: sockets, tasks, timers, shutdown;
 //! - [`burst`]: a session's datagrams out in as few sends as possible (UDP GSO);
 //! - [`metrics`], [`events`]: what the rest of metalherd sees of transfers.
@@ -13,6 +14,7 @@ pub mod config;
 pub mod events;
 pub mod metrics;
 pub mod packet;
+pub mod refuse;
 pub mod server;
 pub mod session;
 pub mod source;

@@ -87,6 +87,8 @@ pub enum PacketError {
     BadMode,
     #[error("option without a value")]
     OddOptions,
+    #[error("option name or value not NUL-terminated or not UTF-8")]
+    MalformedOption,
     #[error("trailing bytes after the packet")]
     Trailing,
 }
@@ -101,6 +103,7 @@ impl PacketError {
             PacketError::EmptyFilename => "empty_filename",
             PacketError::BadMode => "bad_mode",
             PacketError::OddOptions => "odd_options",
+            PacketError::MalformedOption => "malformed_option",
             PacketError::Trailing => "trailing",
         }
     }
@@ -136,11 +139,11 @@ fn u16_at(buf: &[u8], at: usize) -> Option<u16> {
 fn decode_options(s: &mut Strings<'_>) -> Result<Vec<(String, String)>, PacketError> {
     let mut options = Vec::new();
     while !s.is_empty() {
-        let name = s.next_str()?;
+        let name = s.next_str().map_err(|_| PacketError::MalformedOption)?;
         if s.is_empty() {
             return Err(PacketError::OddOptions);
         }
-        let value = s.next_str()?;
+        let value = s.next_str().map_err(|_| PacketError::MalformedOption)?;
         options.push((name.to_string(), value.to_string()));
     }
     Ok(options)

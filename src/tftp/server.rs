@@ -26,6 +26,7 @@ use super::config::{ConfigError, TftpConfig};
 use super::events::{TftpEvents, TransferReport};
 use super::metrics::TftpMetrics;
 use super::packet::{self, Mode, Packet, Request, code};
+use super::refuse::{ReplyBudget, refusal};
 use super::session::{Action, Limits, Outcome, Session};
 use super::source::{FileSource, Netascii, SourceError};
 
@@ -105,6 +106,23 @@ struct Ctx {
     /// size probe, possibly from the same port) must not be dropped.
     active: Mutex<HashMap<SocketAddr, (u64, u64)>>,
     next_id: AtomicU64,
+    /// Every ERROR reply to a refused request draws from it.
+    budget: Mutex<ReplyBudget>,
+}
+
+impl Ctx {
+    /// Whether a refusal may be answered now; counts the ones that may not.
+    fn may_refuse(&self) -> bool {
+        let allowed = self
+            .budget
+            .lock()
+            .map(|mut b| b.allow(Instant::now()))
+            .unwrap_or(false);
+        if !allowed {
+            self.metrics.dropped("error_rate_limited");
+        }
+        allowed
+    }
 }
 
 impl TftpServer {
@@ -178,6 +196,11 @@ impl TftpServer {
             local_ip: self.local.ip(),
             active: Mutex::new(HashMap::new()),
             next_id: AtomicU64::new(0),
+            budget: Mutex::new(ReplyBudget::new(
+                self.config.error_replies_per_second,
+                self.config.error_reply_burst,
+                Instant::now(),
+            )),
         });
         let permits = Arc::new(Semaphore::new(self.config.max_transfers));
         let tracker = TaskTracker::new();
@@ -195,16 +218,20 @@ impl TftpServer {
                     }
                 },
             };
-            let (write, req) = match Packet::decode(buf.get(..n).unwrap_or_default()) {
+            let decoded = Packet::decode(buf.get(..n).unwrap_or_default());
+            let refused = refusal(&decoded);
+            let (write, req) = match decoded {
                 Ok(Packet::Rrq(r)) => (false, r),
                 Ok(Packet::Wrq(r)) => (true, r),
                 Ok(_) => {
                     ctx.metrics.malformed("unexpected");
+                    refuse(&ctx, &socket, peer, refused).await;
                     continue;
                 }
                 Err(e) => {
                     ctx.metrics.malformed(e.reason());
-                    tracing::debug!(%peer, error = %e, "malformed tftp request dropped");
+                    tracing::debug!(%peer, error = %e, "malformed tftp request refused");
+                    refuse(&ctx, &socket, peer, refused).await;
                     continue;
                 }
             };
@@ -241,6 +268,23 @@ impl TftpServer {
             tracker.wait().await;
         }
         tracing::info!("tftp server stopped");
+    }
+}
+
+/// Answer a datagram the request port will not serve with an ERROR from
+/// the request port itself (no transfer socket for junk), within budget.
+async fn refuse(ctx: &Ctx, socket: &UdpSocket, peer: SocketAddr, refused: Option<(u16, String)>) {
+    let Some((c, message)) = refused else {
+        return;
+    };
+    if !ctx.may_refuse() {
+        return;
+    }
+    if let Err(e) = socket
+        .send_to(&packet::encode_error(c, &message), peer)
+        .await
+    {
+        tracing::debug!(%peer, error = %e, "cannot send a tftp ERROR");
     }
 }
 
@@ -324,12 +368,14 @@ async fn transfer_inner(
         }
     };
     if write {
-        let _ = sock
-            .send(&packet::encode_error(
-                code::ACCESS_VIOLATION,
-                "writes are not accepted",
-            ))
-            .await;
+        if ctx.may_refuse() {
+            let _ = sock
+                .send(&packet::encode_error(
+                    code::ACCESS_VIOLATION,
+                    "writes are not accepted",
+                ))
+                .await;
+        }
         return ("write_refused", 0);
     }
     let mut file = match ctx.source.open(&req.filename).await {
@@ -340,7 +386,9 @@ async fn transfer_inner(
                 SourceError::Forbidden => code::ACCESS_VIOLATION,
                 _ => code::NOT_DEFINED,
             };
-            let _ = sock.send(&packet::encode_error(c, &e.to_string())).await;
+            if ctx.may_refuse() {
+                let _ = sock.send(&packet::encode_error(c, &e.to_string())).await;
+            }
             let word = match e {
                 SourceError::NotFound => "not_found",
                 SourceError::Forbidden => "forbidden",

@@ -16,6 +16,7 @@ pub fn file_artifact(path: &std::path::Path) -> Artifact {
         url: format!("file://{}", path.display()),
         sha256: Some(hex::encode(sha2::Sha256::digest(&bytes))),
         sha512: None,
+        checksums_url: None,
     }
 }
 
@@ -33,6 +34,7 @@ pub fn class(name: &str, kernel: Artifact, initrd: Artifact, kernel_args: &[&str
                     url: "http://127.0.0.1/assets/os.img".into(),
                     sha256: initrd.sha256.clone(),
                     sha512: None,
+                    checksums_url: None,
                 }),
                 initrd,
                 rootfs: None,
@@ -94,19 +96,28 @@ pub async fn create_booting(store: &dyn Store, m: &Machine, boot_id: &str) -> Ma
 }
 
 pub async fn set_boot(store: &dyn Store, m: &Machine, boot_id: &str) -> Machine {
-    let mut cur: Machine = store
-        .get_obj("default", m.metadata.name.as_deref().unwrap_or_default())
-        .await
-        .expect("get machine");
-    let st = cur.status.get_or_insert_with(MachineStatus::default);
-    st.phase = Some(MachinePhase::Provisioning);
-    st.boot = Some(BootRecord {
-        id: boot_id.into(),
-        purpose: metalherd::api::BootPurpose::Install,
-        minted_at: jiff::Timestamp::now(),
-        ..Default::default()
-    });
-    store.update_status_obj(&cur).await.expect("set boot")
+    // The boot recorder may write the Machine's status between our read and
+    // our write: read again and retry on a conflict, as production writers do.
+    for _ in 0..20 {
+        let mut cur: Machine = store
+            .get_obj("default", m.metadata.name.as_deref().unwrap_or_default())
+            .await
+            .expect("get machine");
+        let st = cur.status.get_or_insert_with(MachineStatus::default);
+        st.phase = Some(MachinePhase::Provisioning);
+        st.boot = Some(BootRecord {
+            id: boot_id.into(),
+            purpose: metalherd::api::BootPurpose::Install,
+            minted_at: jiff::Timestamp::now(),
+            ..Default::default()
+        });
+        match store.update_status_obj(&cur).await {
+            Ok(m) => return m,
+            Err(e) if e.is_conflict() => continue,
+            Err(e) => panic!("set boot: {e}"),
+        }
+    }
+    panic!("set boot: still conflicting after 20 attempts")
 }
 
 /// The bootstrap-token Secret the class's join settings name (`join`).

@@ -124,8 +124,10 @@ pub fn machine_class(name: &str) -> Value {
         "metadata": {"name": name, "namespace": "default", "labels": {"os": "flatcar"}},
         "spec": {
             "image": {"os": "flatcar", "version": "4593.2.4",
-                      "kernel": {"url": "http://127.0.0.1:9/vmlinuz"},
-                      "initrd": {"url": "http://127.0.0.1:9/initrd"}},
+                      "kernel": {"url": "http://127.0.0.1:9/vmlinuz",
+                                 "checksumsUrl": "http://127.0.0.1:9/vmlinuz.DIGESTS"},
+                      "initrd": {"url": "http://127.0.0.1:9/initrd",
+                                 "sha256": "5bd1b4e7a4bba1d9ab9e1f3d1a0d0bcf1dcf0bd17e3f0d2fb4f5b6a0d4c3b2a1"}},
             "kubernetes": {"version": "v1.33.2"},
             "containerRuntime": {"name": "containerd", "version": "2.1.4"},
             "join": {"apiServerEndpoint": "127.0.0.1:6443", "tokenSecretRef": {"name": "join-token"},

@@ -167,7 +167,12 @@ const SHARED_WORDS: [&str; 2] = ["install", "timeout"];
 
 /// Lines where one of the words belongs to another vocabulary: (file, a
 /// piece of the line).
-const OTHER_VOCABULARIES: [(&str, &str); 3] = [
+const OTHER_VOCABULARIES: [(&str, &str); 4] = [
+    // A MachineSet's rollout state.
+    (
+        "src/api/machine_set.rs",
+        "RolloutState::Failed => \"Failed\"",
+    ),
     // The request named in a refusal event's message.
     (
         "src/http/boot/ignition.rs",

@@ -96,6 +96,29 @@ fn validate_artifact(a: &Artifact, at: &str, errs: &mut ValidationErrors) {
     {
         errs.push(format!("{at}.sha512"), "expected 128 hex digits");
     }
+    if let Some(u) = &a.checksums_url {
+        match url::Url::parse(u) {
+            Ok(p) if matches!(p.scheme(), "http" | "https" | "file") => {}
+            _ => errs.push(
+                format!("{at}.checksumsUrl"),
+                "expected an http, https or file URL of a checksum file",
+            ),
+        }
+    }
+}
+
+/// An artifact the image cache serves at boot must be pinned: by its own
+/// digest or by the distribution's checksum file. Refused here, not with a
+/// failed boot later.
+fn require_pinned(a: &Artifact, at: &str, errs: &mut ValidationErrors) {
+    if a.sha256.is_none() && a.sha512.is_none() && a.checksums_url.is_none() {
+        errs.push(
+            at,
+            "not pinned: set sha256, sha512, or checksumsUrl (the distribution's checksum file, \
+             e.g. Flatcar's <file>.DIGESTS or Fedora CoreOS stream metadata); the image cache \
+             serves only verified artifacts",
+        );
+    }
 }
 
 pub(super) fn validate_image(img: &OsImage, at: &str, errs: &mut ValidationErrors) {
@@ -111,8 +134,11 @@ pub(super) fn validate_image(img: &OsImage, at: &str, errs: &mut ValidationError
     if let Err(e) = check_version(&img.version) {
         errs.push(format!("{at}.version"), e);
     }
-    validate_artifact(&img.kernel, &format!("{at}.kernel"), errs);
-    validate_artifact(&img.initrd, &format!("{at}.initrd"), errs);
+    for (a, name) in [(&img.kernel, "kernel"), (&img.initrd, "initrd")] {
+        let at = format!("{at}.{name}");
+        validate_artifact(a, &at, errs);
+        require_pinned(a, &at, errs);
+    }
     if let Some(a) = &img.install {
         validate_artifact(a, &format!("{at}.install"), errs);
     }

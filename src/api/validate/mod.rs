@@ -25,6 +25,7 @@ mod machine_set;
 
 pub use common::{check_version, is_dns_label, is_dns_subdomain};
 pub use machine::{BmcAddress, parse_bmc_address};
+pub use machine_set::{MaxUnavailable, parse_max_unavailable};
 
 /// One problem with one field.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -378,7 +378,7 @@ impl Planner<'_> {
                 self.push(Step::PowerOff);
                 return wait(limits.poll, "power off");
             }
-            BmcObserved::Unreachable { .. } => return self.wait_bmc(),
+            BmcObserved::Unreachable { .. } | BmcObserved::NotAsked => return self.wait_bmc(),
             BmcObserved::Reachable { .. } => {}
         }
         self.push(Step::ReleaseAddress);

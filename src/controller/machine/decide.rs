@@ -14,7 +14,10 @@ use super::plan::{
     apply_status, cond, node_name, progress,
 };
 use crate::api::condition::find_condition;
-use crate::api::{Condition, Machine, MachinePhase, MachineStatus, ObservedVersions, PowerState};
+use crate::api::{
+    Condition, Machine, MachinePhase, MachineStatus, ObservedVersions, PAUSED_ANNOTATION,
+    PowerState,
+};
 
 /// Decide what to do next for `machine`.
 pub fn decide(machine: &Machine, observed: &Observed, now: Timestamp) -> Plan {
@@ -169,6 +172,17 @@ impl Planner<'_> {
 
     fn run(&mut self) -> Step {
         let limits = self.o.limits;
+        if self.m.is_paused() {
+            return self.paused();
+        }
+        if find_condition(&self.st.conditions, cond::PAUSED).is_some_and(|c| c.status == "True") {
+            self.condition(
+                cond::PAUSED,
+                "False",
+                "Resumed",
+                format!("{PAUSED_ANNOTATION} was removed"),
+            );
+        }
         if self.m.metadata.deletion_timestamp.is_some() {
             if !self.has_finalizer() {
                 return Step::Requeue {
@@ -205,6 +219,20 @@ impl Planner<'_> {
         next
     }
 
+    /// A paused machine: say so, touch nothing else (no BMC call, no boot,
+    /// no finalizer), look again at the next resync or when it changes.
+    fn paused(&mut self) -> Step {
+        self.condition(
+            cond::PAUSED,
+            "True",
+            "Annotation",
+            format!("{PAUSED_ANNOTATION} is set: no BMC call and no boot until it is removed"),
+        );
+        Step::Requeue {
+            after: self.o.limits.resync,
+        }
+    }
+
     fn observe_bmc(&mut self) {
         match &self.o.bmc {
             BmcObserved::Reachable { power } => {
@@ -233,6 +261,7 @@ impl Planner<'_> {
             BmcObserved::Unreachable { reason, message } => {
                 self.condition(cond::BMC_REACHABLE, "False", reason, message.clone());
             }
+            BmcObserved::NotAsked => {}
         }
     }
 

@@ -64,6 +64,8 @@ pub mod cond {
     pub const UP_TO_DATE: &str = "UpToDate";
     /// True while the machine waits for a boot-storm slot.
     pub const WAITING: &str = "Waiting";
+    /// True while the `metalherd.dev/paused` annotation is set.
+    pub const PAUSED: &str = "Paused";
 }
 
 /// What the BMC said this time.
@@ -77,6 +79,8 @@ pub enum BmcObserved {
         reason: String,
         message: String,
     },
+    /// Not contacted: the machine is paused.
+    NotAsked,
 }
 
 /// The Machine's class, as far as the lifecycle cares.

@@ -71,6 +71,16 @@ impl MachineReconciler {
         let Some(r) = &m.spec.class_ref else {
             return Ok(ClassObserved::NotReferenced);
         };
+        // A set's machine installs its pinned revision's snapshot, and is
+        // up to date when it installed that snapshot: a live class change
+        // reaches it only through its set's rollout.
+        let pinned =
+            crate::controller::machine_set::pin::pinned_class(self.store.as_ref(), m).await?;
+        if let Some((snapshot, hash)) = pinned {
+            let mut view = ClassView::new(m, &snapshot);
+            view.revision = hash;
+            return Ok(ClassObserved::Present(view));
+        }
         match self.store.get_obj::<MachineClass>(ns, &r.name).await {
             Ok(c) => Ok(ClassObserved::Present(ClassView::new(m, &c))),
             Err(e) if e.is_not_found() => Ok(ClassObserved::Missing {
@@ -112,6 +122,14 @@ impl MachineReconciler {
         }
     }
 
+    /// Connect to the machine's BMC, unless it is paused (`Err(None)`).
+    async fn bmc(&self, m: &Machine) -> Result<Box<dyn Bmc>, Option<crate::bmc::BmcError>> {
+        if m.is_paused() {
+            return Err(None);
+        }
+        self.connector.connect(m).await.map_err(Some)
+    }
+
     async fn run(&self, key: &ObjectKey) -> Result<Requeue, ReconcileError> {
         let m: Machine = match self.store.get_obj(&key.namespace, &key.name).await {
             Ok(m) => m,
@@ -122,7 +140,7 @@ impl MachineReconciler {
             Err(e) => return Err(e.into()),
         };
         let class = self.class(&key.namespace, &m).await?;
-        let (bmc, observed_bmc) = match self.connector.connect(&m).await {
+        let (bmc, observed_bmc) = match self.bmc(&m).await {
             Ok(b) => {
                 let o = match b.power_state().await {
                     Ok(power) => BmcObserved::Reachable { power },
@@ -130,7 +148,10 @@ impl MachineReconciler {
                 };
                 (Some(b), o)
             }
-            Err(e) => (None, unreachable(&e)),
+            Err(Some(e)) => (None, unreachable(&e)),
+            // A paused machine's BMC is never contacted; `decide` plans
+            // nothing that needs it.
+            Err(None) => (None, BmcObserved::NotAsked),
         };
         if let BmcObserved::Unreachable { reason, message } = &observed_bmc {
             let ex = self.executor(key, None, Timestamp::now());

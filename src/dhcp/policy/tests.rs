@@ -13,6 +13,9 @@ use crate::dhcp::config::DhcpConfig;
 use crate::dhcp::packet::tests::raw_request;
 use crate::directory::BootIntent;
 
+/// REQUESTs that try to steer the server onto an address.
+mod steering;
+
 const SERVER: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 1);
 const KNOWN: [u8; 6] = [0x52, 0x54, 0, 0x12, 0x34, 0x56];
 const STRANGER: [u8; 6] = [0x52, 0x54, 0, 0xaa, 0xbb, 0xcc];
@@ -374,7 +377,7 @@ fn ipxe_gets_its_script_url_http_boot_gets_a_url_and_option_60() {
     assert_eq!(
         m.opts().get(OptionCode::BootfileName),
         Some(&DhcpOption::BootfileName(
-            b"http://10.0.0.1:8080/ipxe.efi".to_vec()
+            b"http://10.0.0.1:8080/assets/ipxe.efi".to_vec()
         ))
     );
     assert_eq!(
@@ -503,92 +506,46 @@ fn known_machines_are_keyed_by_hardware_address_whatever_their_client_id() {
     );
 }
 
+fn has_option(r: &Reply, code: u8, value: &[u8]) -> bool {
+    let mut want = vec![code, value.len() as u8];
+    want.extend_from_slice(value);
+    // Options start after the 236-byte header and the 4-byte cookie.
+    r.bytes[240..].windows(want.len()).any(|w| w == want)
+}
+
 #[test]
-fn request_binds_only_an_offered_or_own_address() {
-    let p = policy("discovery: {enabled: true}\n");
+fn an_arm64_machine_gets_no_x86_binary() {
+    for mode in ["", "mode: proxy\n"] {
+        let p = policy(mode);
+        let mut l = LeaseTable::new();
+        for (vendor, arch) in [
+            (&b"PXEClient:Arch:00011"[..], 11u8),
+            (b"HTTPClient:Arch:00019", 19),
+        ] {
+            let req = raw_request(KNOWN, &[(53, &[1]), (60, vendor), (93, &[0, arch])]);
+            let out = p.handle(&req, Via::Port67, &fake(), &mut l, 1000);
+            if let Some(r) = &out.reply {
+                let m = decode(r);
+                assert_eq!(
+                    m.opts().get(OptionCode::BootfileName),
+                    None,
+                    "{mode} {arch}"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn ipxe_is_told_that_no_proxydhcp_offer_will_come() {
+    let p = policy("");
     let mut l = LeaseTable::new();
-    let nak = |out: &Outcome| {
-        out.reply
-            .as_ref()
-            .map(|r| decode(r).opts().msg_type() == Some(MessageType::Nak))
-            .unwrap_or(false)
-    };
-    // A new client REQUESTs a free pool address it was never offered, with
-    // no server identifier: refused, nothing bound.
-    let out = p.handle(
-        &pxe(STRANGER, 3, &[(50, &[10, 0, 0, 101])]),
-        Via::Port67,
-        &fake(),
-        &mut l,
-        0,
-    );
-    assert!(nak(&out), "{out:?}");
-    assert!(out.writes.is_empty());
-    assert!(l.get(Ipv4Addr::new(10, 0, 0, 101)).is_none());
-    // The same with our server identifier (SELECTING without an offer).
-    let out = p.handle(
-        &pxe(STRANGER, 3, &[(54, &[10, 0, 0, 1]), (50, &[10, 0, 0, 101])]),
-        Via::Port67,
-        &fake(),
-        &mut l,
-        0,
-    );
-    assert!(nak(&out));
-    assert!(l.is_empty());
-    // A renewing client whose lease the server does not know: NAK.
-    let mut b = pxe(STRANGER, 3, &[]);
-    b[12..16].copy_from_slice(&[10, 0, 0, 102]);
-    let out = p.handle(&b, Via::Port67, &fake(), &mut l, 0);
-    assert!(nak(&out));
-    assert!(l.is_empty());
-    // Offered, then requested a different free address: NAK.
-    let out = p.handle(&pxe(STRANGER, 1, &[]), Via::Port67, &fake(), &mut l, 0);
-    let offered = decode(out.reply.as_ref().unwrap()).yiaddr();
-    let other = (100..=103u8)
-        .map(|i| Ipv4Addr::new(10, 0, 0, i))
-        .find(|a| *a != offered)
-        .unwrap();
-    let o = other.octets();
-    let out = p.handle(
-        &pxe(STRANGER, 3, &[(54, &[10, 0, 0, 1]), (50, &o)]),
-        Via::Port67,
-        &fake(),
-        &mut l,
-        0,
-    );
-    assert!(nak(&out));
-    assert!(l.get(other).is_none());
-    // The offered address binds; afterwards INIT-REBOOT for it is ACKed.
-    let a = offered.octets();
-    let out = p.handle(
-        &pxe(STRANGER, 3, &[(54, &[10, 0, 0, 1]), (50, &a)]),
-        Via::Port67,
-        &fake(),
-        &mut l,
-        1,
-    );
-    assert_eq!(decode(out.reply.as_ref().unwrap()).yiaddr(), offered);
-    let out = p.handle(
-        &pxe(STRANGER, 3, &[(50, &a)]),
-        Via::Port67,
-        &fake(),
-        &mut l,
-        2,
-    );
-    assert_eq!(
-        decode(out.reply.as_ref().unwrap()).opts().msg_type(),
-        Some(MessageType::Ack)
-    );
-    // A known Machine's INIT-REBOOT for its reservation is ACKed.
-    let out = p.handle(
-        &pxe(KNOWN, 3, &[(50, &[10, 0, 0, 7])]),
-        Via::Port67,
-        &fake(),
-        &mut l,
-        3,
-    );
-    assert_eq!(
-        decode(out.reply.as_ref().unwrap()).opts().msg_type(),
-        Some(MessageType::Ack)
-    );
+    let ipxe = pxe(KNOWN, 1, &[(77, b"iPXE")]);
+    let out = p.handle(&ipxe, Via::Port67, &fake(), &mut l, 1000);
+    let r = out.reply.unwrap();
+    // Option 175 (iPXE's encapsulated settings) holding 176 no-pxedhcp = 1.
+    assert!(has_option(&r, 175, &[176, 1, 1]), "{:?}", decode(&r).opts());
+    // The firmware's own PXE client is not iPXE: nothing of the kind.
+    let out = p.handle(&pxe(KNOWN, 1, &[]), Via::Port67, &fake(), &mut l, 1000);
+    assert!(!has_option(&out.reply.unwrap(), 175, &[176, 1, 1]));
 }

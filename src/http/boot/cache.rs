@@ -1,6 +1,9 @@
-//! The OS image cache: MachineClass artifacts (URL + sha256) downloaded once
-//! into `<data-dir>/cache/<sha256>`, verified while they are written, then
-//! served from disk. `file://` and `http(s)://` sources. Concurrent requests
+//! The OS image cache: MachineClass artifacts downloaded once into
+//! `<data-dir>/cache/<hex digest>`, verified while they are written, then
+//! served from disk. `file://` and `http(s)://` sources. The digest is the
+//! artifact's own `sha256` / `sha512`, or the one the distribution's checksum
+//! file (`checksumsUrl`, see [`super::checksums`]) lists for its file name;
+//! a checksum file is read once per process and URL. Concurrent requests
 //! for one digest share a single download. Never serves an unverified file:
 //! a download lands under a temporary name and is renamed only when its
 //! digest matches.
@@ -10,19 +13,33 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use futures::StreamExt;
-use sha2::{Digest, Sha256};
+use sha2::{Digest, Sha256, Sha512};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tracing::Instrument;
 
+use super::checksums::{self, ChecksumError, Expected};
 use crate::api::Artifact;
 
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum CacheError {
-    #[error("artifact {url} has no sha256; images are served only when pinned by digest")]
+    #[error(
+        "artifact {url} has no sha256, sha512 or checksumsUrl; images are served only when pinned by digest"
+    )]
     NoDigest { url: String },
-    #[error("artifact {url}: sha256 {sha256:?} is not 64 hex characters")]
-    BadDigest { url: String, sha256: String },
+    #[error("artifact {url}: {field} {value:?} is not a hex digest of the right length")]
+    BadDigest {
+        url: String,
+        field: &'static str,
+        value: String,
+    },
+    #[error("artifact {url}: checksum file {checksums}: {source}")]
+    Checksums {
+        url: String,
+        checksums: String,
+        #[source]
+        source: ChecksumError,
+    },
     #[error("artifact {url}: unsupported URL scheme (file://, http://, https://)")]
     Scheme { url: String },
     #[error("artifact {url}: digest mismatch (expected {expected}, got {actual})")]
@@ -47,6 +64,8 @@ pub struct ImageCache {
     dir: PathBuf,
     client: reqwest::Client,
     inflight: Arc<Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>>,
+    /// Checksum files already read, by URL.
+    checksum_files: Arc<tokio::sync::Mutex<HashMap<String, Arc<Vec<u8>>>>>,
 }
 
 impl ImageCache {
@@ -60,6 +79,7 @@ impl ImageCache {
             dir,
             client,
             inflight: Arc::default(),
+            checksum_files: Arc::default(),
         }
     }
 
@@ -67,48 +87,129 @@ impl ImageCache {
         &self.dir
     }
 
-    /// Path of a cached digest, if it is there.
-    pub async fn lookup(&self, sha256: &str) -> Option<PathBuf> {
-        if !is_sha256(sha256) {
+    /// Path of a cached digest (64 or 128 hex digits), if it is there.
+    pub async fn lookup(&self, digest: &str) -> Option<PathBuf> {
+        if !is_digest(digest) {
             return None;
         }
-        let p = self.dir.join(sha256.to_ascii_lowercase());
+        let p = self.dir.join(digest.to_ascii_lowercase());
         tokio::fs::metadata(&p).await.ok()?.is_file().then_some(p)
     }
 
-    /// Make sure the artifact is cached; returns its lower-case digest.
+    /// Make sure the artifact is cached; returns its lower-case digest (the
+    /// name it is cached and served under).
     pub async fn ensure(&self, a: &Artifact) -> Result<String, CacheError> {
-        let sha = a
-            .sha256
-            .as_deref()
-            .ok_or_else(|| CacheError::NoDigest { url: a.url.clone() })?
-            .to_ascii_lowercase();
-        if !is_sha256(&sha) {
-            return Err(CacheError::BadDigest {
-                url: a.url.clone(),
-                sha256: sha,
-            });
-        }
-        if self.lookup(&sha).await.is_some() {
-            return Ok(sha);
+        let want = self.expected(a).await?;
+        let key = want.hex().to_string();
+        if self.lookup(&key).await.is_some() {
+            return Ok(key);
         }
         let lock = {
             let mut m = self.inflight.lock().unwrap_or_else(|p| p.into_inner());
-            m.entry(sha.clone()).or_default().clone()
+            m.entry(key.clone()).or_default().clone()
         };
         let _guard = lock.lock().await;
-        let result = if self.lookup(&sha).await.is_some() {
-            Ok(sha.clone())
+        let result = if self.lookup(&key).await.is_some() {
+            Ok(key.clone())
         } else {
-            self.fetch(&a.url, &sha).await.map(|()| sha.clone())
+            self.fetch(&a.url, &want).await.map(|()| key.clone())
         };
         if let Ok(mut m) = self.inflight.lock() {
-            m.remove(&sha);
+            m.remove(&key);
         }
         result
     }
 
-    async fn fetch(&self, url: &str, sha: &str) -> Result<(), CacheError> {
+    /// The digest an artifact must have: its own, else its checksum file's.
+    async fn expected(&self, a: &Artifact) -> Result<Expected, CacheError> {
+        let bad = |field: &'static str, value: &str| CacheError::BadDigest {
+            url: a.url.clone(),
+            field,
+            value: value.to_string(),
+        };
+        if let Some(h) = &a.sha256 {
+            return match Expected::from_hex(h) {
+                Some(e @ Expected::Sha256(_)) => Ok(e),
+                _ => Err(bad("sha256", h)),
+            };
+        }
+        if let Some(h) = &a.sha512 {
+            return match Expected::from_hex(h) {
+                Some(e @ Expected::Sha512(_)) => Ok(e),
+                _ => Err(bad("sha512", h)),
+            };
+        }
+        let Some(list) = &a.checksums_url else {
+            return Err(CacheError::NoDigest { url: a.url.clone() });
+        };
+        let wrap = |source| CacheError::Checksums {
+            url: a.url.clone(),
+            checksums: list.clone(),
+            source,
+        };
+        let file = checksums::file_name(&a.url).map_err(wrap)?;
+        let body = self.checksum_file(list).await?;
+        checksums::find(&body, &file).map_err(wrap)
+    }
+
+    /// A checksum file's bytes, downloaded on first use.
+    async fn checksum_file(&self, url: &str) -> Result<Arc<Vec<u8>>, CacheError> {
+        let mut files = self.checksum_files.lock().await;
+        if let Some(b) = files.get(url) {
+            return Ok(b.clone());
+        }
+        let read = async {
+            tracing::info!("reading a checksum file");
+            self.read_small(url).await
+        };
+        let span = tracing::info_span!("checksum_file", url = %url);
+        let body = Arc::new(read.instrument(span).await?);
+        files.insert(url.to_string(), body.clone());
+        Ok(body)
+    }
+
+    /// Read a small text file (a checksum file) into memory.
+    async fn read_small(&self, url: &str) -> Result<Vec<u8>, CacheError> {
+        const LIMIT: usize = 16 << 20;
+        let dl = |message: String| CacheError::Download {
+            url: url.to_string(),
+            message,
+        };
+        let parsed = url::Url::parse(url).map_err(|_| CacheError::Scheme {
+            url: url.to_string(),
+        })?;
+        let body = match parsed.scheme() {
+            "file" => {
+                let p = parsed.to_file_path().map_err(|()| CacheError::Scheme {
+                    url: url.to_string(),
+                })?;
+                tokio::fs::read(&p).await.map_err(|e| dl(e.to_string()))?
+            }
+            "http" | "https" => self
+                .client
+                .get(url)
+                .send()
+                .await
+                .and_then(|r| r.error_for_status())
+                .map_err(|e| dl(e.to_string()))?
+                .bytes()
+                .await
+                .map_err(|e| dl(e.to_string()))?
+                .to_vec(),
+            _ => {
+                return Err(CacheError::Scheme {
+                    url: url.to_string(),
+                });
+            }
+        };
+        if body.len() > LIMIT {
+            return Err(dl(format!("larger than {LIMIT} bytes")));
+        }
+        Ok(body)
+    }
+
+    async fn fetch(&self, url: &str, want: &Expected) -> Result<(), CacheError> {
+        let sha = want.hex();
         let io = |path: &Path| {
             let path = path.to_path_buf();
             move |source| CacheError::Io { path, source }
@@ -119,18 +220,21 @@ impl ImageCache {
         let tmp = self
             .dir
             .join(format!(".tmp-{sha}-{:08x}", rand::random::<u32>()));
-        let span = tracing::info_span!("image_fetch", url = %url, sha256 = %sha);
-        self.fetch_into(url, sha, &tmp).instrument(span).await
+        let span = tracing::info_span!("image_fetch", url = %url, digest = %sha);
+        self.fetch_into(url, want, &tmp).instrument(span).await
     }
 
     /// Download into `tmp`, check the digest, move it into place.
-    async fn fetch_into(&self, url: &str, sha: &str, tmp: &Path) -> Result<(), CacheError> {
+    async fn fetch_into(&self, url: &str, want: &Expected, tmp: &Path) -> Result<(), CacheError> {
+        let sha = want.hex();
         let io = |path: &Path| {
             let path = path.to_path_buf();
             move |source| CacheError::Io { path, source }
         };
         tracing::info!("downloading into the image cache");
-        let res = self.copy_into(url, tmp).await;
+        let res = self
+            .copy_into(url, tmp, matches!(want, Expected::Sha512(_)))
+            .await;
         let actual = match res {
             Ok(d) => d,
             Err(e) => {
@@ -153,13 +257,13 @@ impl ImageCache {
     }
 
     /// Copy the source into `tmp`, hashing as it goes; returns the digest.
-    async fn copy_into(&self, url: &str, tmp: &Path) -> Result<String, CacheError> {
+    async fn copy_into(&self, url: &str, tmp: &Path, sha512: bool) -> Result<String, CacheError> {
         let io = |source| CacheError::Io {
             path: tmp.to_path_buf(),
             source,
         };
         let mut out = tokio::fs::File::create(tmp).await.map_err(io)?;
-        let mut h = Sha256::new();
+        let mut h = Hasher::new(sha512);
         let parsed = url::Url::parse(url).map_err(|_| CacheError::Scheme {
             url: url.to_string(),
         })?;
@@ -211,12 +315,42 @@ impl ImageCache {
             }
         }
         out.sync_all().await.map_err(io)?;
-        Ok(hex::encode(h.finalize()))
+        Ok(h.finish())
     }
 }
 
-pub fn is_sha256(s: &str) -> bool {
-    s.len() == 64 && s.bytes().all(|b| b.is_ascii_hexdigit())
+enum Hasher {
+    Sha256(Sha256),
+    Sha512(Sha512),
+}
+
+impl Hasher {
+    fn new(sha512: bool) -> Hasher {
+        if sha512 {
+            Hasher::Sha512(Sha512::new())
+        } else {
+            Hasher::Sha256(Sha256::new())
+        }
+    }
+
+    fn update(&mut self, b: &[u8]) {
+        match self {
+            Hasher::Sha256(h) => h.update(b),
+            Hasher::Sha512(h) => h.update(b),
+        }
+    }
+
+    fn finish(self) -> String {
+        match self {
+            Hasher::Sha256(h) => hex::encode(h.finalize()),
+            Hasher::Sha512(h) => hex::encode(h.finalize()),
+        }
+    }
+}
+
+/// Whether `s` names a cached artifact: a SHA-256 or SHA-512 hex digest.
+pub fn is_digest(s: &str) -> bool {
+    Expected::from_hex(s).is_some()
 }
 
 #[cfg(test)]
@@ -238,6 +372,7 @@ mod tests {
             url: url.clone(),
             sha256: Some(sha(b"kernel bytes").to_uppercase()),
             sha512: None,
+            checksums_url: None,
         };
         let got = cache.ensure(&good).await.unwrap();
         assert_eq!(got, sha(b"kernel bytes"));
@@ -252,6 +387,7 @@ mod tests {
             url,
             sha256: Some(sha(b"expected")),
             sha512: None,
+            checksums_url: None,
         };
         assert!(matches!(
             cache.ensure(&bad).await,
@@ -277,10 +413,55 @@ mod tests {
             url: "ftp://x/y".into(),
             sha256: Some(sha(b"x")),
             sha512: None,
+            checksums_url: None,
         };
         assert!(matches!(
             cache.ensure(&ftp).await,
             Err(CacheError::Scheme { .. })
+        ));
+    }
+
+    #[tokio::test]
+    async fn checksum_files_pin_artifacts_without_a_digest() {
+        use sha2::Sha512;
+        let d = tempfile::tempdir().unwrap();
+        std::fs::write(d.path().join("vmlinuz"), b"kernel").unwrap();
+        std::fs::write(d.path().join("initrd.img"), b"initrd").unwrap();
+        let sha512 = hex::encode(Sha512::digest(b"kernel"));
+        let digests = d.path().join("vmlinuz.DIGESTS");
+        std::fs::write(
+            &digests,
+            format!(
+                "# SHA512 HASH\n{sha512}  vmlinuz\n{}  initrd.img\n",
+                "0".repeat(128)
+            ),
+        )
+        .unwrap();
+        let cache = ImageCache::new(d.path().join("cache"));
+        let art = |name: &str| Artifact {
+            url: format!("file://{}", d.path().join(name).display()),
+            checksums_url: Some(format!("file://{}", digests.display())),
+            ..Default::default()
+        };
+        let got = cache.ensure(&art("vmlinuz")).await.unwrap();
+        assert_eq!(got, sha512);
+        assert_eq!(
+            std::fs::read(cache.lookup(&got).await.unwrap()).unwrap(),
+            b"kernel"
+        );
+        // The list is read once: a changed file does not change the pin.
+        std::fs::write(&digests, "").unwrap();
+        assert_eq!(cache.ensure(&art("vmlinuz")).await.unwrap(), sha512);
+        assert!(matches!(
+            cache.ensure(&art("initrd.img")).await,
+            Err(CacheError::Mismatch { .. })
+        ));
+        assert!(matches!(
+            cache.ensure(&art("other")).await,
+            Err(CacheError::Checksums {
+                source: ChecksumError::NotListed { .. },
+                ..
+            })
         ));
     }
 }

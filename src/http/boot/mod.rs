@@ -10,6 +10,7 @@ pub mod access;
 pub mod assets;
 pub mod cache;
 pub mod callhome;
+pub mod checksums;
 pub mod config;
 pub mod files;
 pub mod ignition;
@@ -171,6 +172,12 @@ impl BootState {
             .await;
             return Err(reply(StatusCode::CONFLICT, "machine has no classRef"));
         };
+        // A set's machine is rendered from its pinned revision's snapshot.
+        match crate::controller::machine_set::pin::pinned_class(self.store.as_ref(), m).await {
+            Ok(Some((snapshot, _))) => return Ok(snapshot),
+            Ok(None) => {}
+            Err(e) => return Err(self.store_error(e)),
+        }
         match self.store.get_obj::<MachineClass>(ns, &cref.name).await {
             Ok(c) => Ok(c),
             Err(e) if e.is_not_found() => {
@@ -349,7 +356,7 @@ pub async fn serve(
         tokio::spawn(ra::run(ra, cancel.clone()));
     }
     let app = router(state).into_make_service_with_connect_info::<SocketAddr>();
-    axum::serve(listener, app)
+    axum::serve(super::no_delay(listener), app)
         .with_graceful_shutdown(async move { cancel.cancelled().await })
         .await
         .map_err(BootError::Serve)

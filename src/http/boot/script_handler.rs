@@ -153,7 +153,14 @@ async fn install(
         .and_then(|o| o.image.clone())
         .unwrap_or_else(|| class.spec.image.clone());
     let mut shas = Vec::new();
-    for a in [&image.kernel, &image.initrd] {
+    // A Fedora CoreOS live PXE boot fetches its root filesystem itself, from
+    // `coreos.live.rootfs_url`: it is cached and served like the kernel.
+    let live = [
+        Some(&image.kernel),
+        Some(&image.initrd),
+        image.rootfs.as_ref(),
+    ];
+    for a in live.into_iter().flatten() {
         match st.cache.ensure(a).await {
             Ok(s) => shas.push(s),
             Err(e) => {
@@ -178,6 +185,12 @@ async fn install(
     let ignition_url = format!("{base}/ignition?{}", ctx.callhome_query);
     let mut args = class.spec.kernel_args.clone();
     args.extend(st.settings.kernel_args.iter().cloned());
+    if let Some(sha) = shas.get(2) {
+        args.push(format!(
+            "coreos.live.rootfs_url={}",
+            image_url(sha, "rootfs")
+        ));
+    }
     args.extend([
         "ignition.firstboot".to_string(),
         "ignition.platform.id=metal".to_string(),

@@ -66,6 +66,7 @@ fn class() -> MachineClass {
         url: format!("http://images.example/{n}"),
         sha256: Some("ab".repeat(32)),
         sha512: None,
+        checksums_url: None,
     };
     let mut c = MachineClass::new(
         "workers",
@@ -193,6 +194,44 @@ async fn unreachable_bmc_is_a_condition_and_a_bmc_error_not_a_failure() {
         (c.status.as_str(), c.reason.as_str()),
         ("False", "BmcBadCredentials")
     );
+}
+
+#[tokio::test]
+async fn a_paused_machine_never_reaches_its_bmc_until_resumed() {
+    let e = env();
+    let mut m = machine("m1", Some("workers"));
+    m.spec.online = true;
+    m.metadata.annotations = Some([(PAUSED_ANNOTATION.to_string(), "true".to_string())].into());
+    e.store.create_obj(&m).await.unwrap();
+    let bmc = FakeBmc::new();
+    let connector = FakeConnector::new().with("m1", bmc.clone());
+    let r = reconciler(&e, connector, 0);
+    let next = settle(&r, "m1", 3).await;
+    assert_eq!(next, Requeue::After(Limits::default().resync));
+    assert!(bmc.calls().is_empty(), "{:?}", bmc.calls());
+    let got = get(&e, "m1").await;
+    assert!(got.metadata.finalizers.is_none());
+    let st = got.status.unwrap();
+    let c = crate::api::condition::find_condition(&st.conditions, "Paused").unwrap();
+    assert_eq!(
+        (c.status.as_str(), c.reason.as_str()),
+        ("True", "Annotation")
+    );
+    assert!(crate::api::condition::find_condition(&st.conditions, "BmcReachable").is_none());
+    assert!(st.last_error.is_none());
+
+    // Resumed: the next reconcile talks to the BMC.
+    let mut cur = get(&e, "m1").await;
+    cur.metadata.annotations = None;
+    e.store.update_obj(&cur).await.unwrap();
+    bmc.expect_power_state(Ok(PowerState::Off))
+        .expect_inventory(Ok(Inventory::default()))
+        .expect_close();
+    r.reconcile(&key("m1")).await.unwrap();
+    bmc.verify().unwrap();
+    let st = get(&e, "m1").await.status.unwrap();
+    let c = crate::api::condition::find_condition(&st.conditions, "Paused").unwrap();
+    assert_eq!((c.status.as_str(), c.reason.as_str()), ("False", "Resumed"));
 }
 
 /// A machine with a class, registered and Available.

@@ -367,3 +367,23 @@ fn deprovisioning() {
             "SetPhase(Available)"], &["RemoveFinalizer"]),
     ]);
 }
+
+#[rustfmt::skip]
+#[test]
+fn paused() {
+    let bmc_steps: &[&str] = &["AddFinalizer", "ReadInventory", "SetBootOnce", "PowerOn", "PowerCycle", "PowerOff", "MintBoot", "SetPhase", "SetCondition(BmcReachable"];
+    run(vec![
+        c("a new paused machine is only told it is paused: no finalizer, no BMC",
+          machine().fresh().annotate(PAUSED_ANNOTATION, "true"), O(Observed { bmc: BmcObserved::NotAsked, ..obs().0 }), 0,
+          &["SetCondition(Paused=True:Annotation)", "Requeue(300s)"], bmc_steps),
+        c("a paused machine with a class and power wanted does not boot",
+          machine().class().online().phase(Available).annotate(PAUSED_ANNOTATION, ""), O(Observed { bmc: BmcObserved::NotAsked, ..obs().0 }), 0,
+          &["SetCondition(Paused=True:Annotation)"], bmc_steps),
+        c("a paused machine being deleted keeps its finalizer until resumed",
+          machine().phase(Available).deleting().annotate(PAUSED_ANNOTATION, "true"), O(Observed { bmc: BmcObserved::NotAsked, ..obs().0 }), 0,
+          &["SetCondition(Paused=True:Annotation)"], &["RemoveFinalizer", "PowerOff"]),
+        c("removing the annotation resumes the lifecycle and says so",
+          machine().fresh().condition("Paused", "True", "Annotation", "x"), obs().off(), 0,
+          &["SetCondition(Paused=False:Resumed)", "AddFinalizer", "SetCondition(BmcReachable=True", "ReadInventory"], &[]),
+    ]);
+}

@@ -1,0 +1,20 @@
+//! The MachineSet controller. [`plan`] decides (pure); [`reconcile`] gathers
+//! what it needs (the set, its claimed machines, its pool, the live class,
+//! health probes) and carries the plan out: status first, then the claims,
+//! pins and releases on Machines, each with optimistic concurrency.
+//!
+//! The set never reimages a server itself: re-pinning a Machine to another
+//! revision is what makes the Machine controller reimage it (rendered from
+//! the revision's snapshot), with the boot-storm limit applying as usual.
+
+pub mod pin;
+pub mod plan;
+pub mod probe;
+pub mod reconcile;
+pub mod start;
+
+pub use reconcile::MachineSetReconciler;
+
+#[cfg(test)]
+#[path = "tests_store.rs"]
+mod tests_store;

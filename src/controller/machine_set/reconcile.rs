@@ -1,0 +1,357 @@
+//! The MachineSet reconciler: per set, gather the inputs of
+//! [`plan`](super::plan::plan), record the planned status, then take the
+//! actions. Every Machine write carries the resourceVersion it was read at,
+//! so two sets (or two controller replicas) can never both claim a Machine:
+//! the second write is a conflict, and the machine is claimed by one.
+//!
+//! Crash safety: the status (with the batch and its members) is written
+//! before any Machine is touched; a restart plans again from it and redoes
+//! only pins that did not land. A pin that landed is not repeated (the plan
+//! sees it), and a repeated pin changes nothing, so no extra reimage.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use jiff::Timestamp;
+use tracing::Instrument;
+
+use super::pin::pin_of;
+use super::plan::{Action, Health, Input, MachineView, plan};
+use super::probe::Prober;
+use crate::api::machine_set::{REVISION_LABEL, SET_LABEL, SetRevision};
+use crate::api::{Kind, LocalObjectReference, Machine, MachineClass, MachinePhase, MachineSet};
+use crate::controller::feed::ObjectKey;
+use crate::controller::runner::{Reconciler, Requeue};
+use crate::store::events::{EventType, Regarding, record};
+use crate::store::{ListOptions, Selector, Store, StoreError, TypedStore};
+
+/// How often a set with a batch in flight looks again (gate clocks).
+pub const GATE_POLL: Duration = Duration::from_secs(2);
+
+/// Reconciles MachineSets.
+pub struct MachineSetReconciler {
+    pub store: Arc<dyn Store>,
+    pub prober: Arc<dyn Prober>,
+    /// A target cluster is configured: Node Ready is part of the gate.
+    pub cluster_configured: bool,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum SetError {
+    #[error("store: {0}")]
+    Store(#[from] StoreError),
+    #[error("selector: {0}")]
+    Selector(String),
+}
+
+fn labels(m: &Machine) -> &std::collections::BTreeMap<String, String> {
+    static EMPTY: std::collections::BTreeMap<String, String> = std::collections::BTreeMap::new();
+    m.metadata.labels.as_ref().unwrap_or(&EMPTY)
+}
+
+/// The machine's address for the probe: its InternalIP, else the static
+/// address without its prefix length.
+pub fn machine_address(m: &Machine) -> Option<String> {
+    let st = m.status.as_ref();
+    st.and_then(|s| s.addresses.iter().find(|a| a.type_ == "InternalIP"))
+        .map(|a| a.address.clone())
+        .or_else(|| {
+            let a = m.spec.network.as_ref()?.address.as_ref()?;
+            Some(a.split('/').next().unwrap_or(a).to_string())
+        })
+}
+
+impl MachineSetReconciler {
+    fn view(&self, m: &Machine, set_name: &str) -> MachineView {
+        let st = m.status.as_ref();
+        let pinned = pin_of(m).filter(|(s, _)| *s == set_name).map(|(_, r)| r);
+        MachineView {
+            name: m.metadata.name.clone().unwrap_or_default(),
+            created: m.metadata.creation_timestamp.as_ref().map(|t| t.0),
+            phase: st.and_then(|s| s.phase).unwrap_or_default(),
+            pinned: pinned.or_else(|| labels(m).get(SET_LABEL).map(|_| 0)),
+            installed: st.and_then(|s| s.provisioned_revision.clone()),
+            health: Health::default(),
+        }
+    }
+
+    async fn health(&self, set: &MachineSet, m: &Machine, v: &mut MachineView) {
+        if v.phase != MachinePhase::Ready {
+            return;
+        }
+        if self.cluster_configured {
+            let ready = m.status.as_ref().and_then(|s| {
+                crate::api::condition::find_condition(&s.conditions, "NodeReady")
+                    .map(|c| c.status == "True")
+            });
+            v.health.node_ready = Some(ready.unwrap_or(false));
+            if ready != Some(true) {
+                v.health.detail = Some("node not Ready".into());
+            }
+        }
+        let probe = set
+            .spec
+            .update_strategy
+            .as_ref()
+            .and_then(|u| u.health_check.as_ref())
+            .and_then(|h| h.http_probe.as_ref());
+        if let Some(p) = probe {
+            let want = p.expected_status.unwrap_or(200);
+            let Some(addr) = machine_address(m) else {
+                v.health.probe_ok = Some(false);
+                v.health.detail = Some("no address to probe".into());
+                return;
+            };
+            let url = p.url.replace("{{address}}", &addr);
+            match self.prober.status(&url).await {
+                Ok(code) if code == want => v.health.probe_ok = Some(true),
+                Ok(code) => {
+                    v.health.probe_ok = Some(false);
+                    v.health.detail = Some(format!("probe {url} answered {code}, want {want}"));
+                }
+                Err(e) => {
+                    v.health.probe_ok = Some(false);
+                    v.health.detail = Some(e);
+                }
+            }
+        }
+    }
+
+    /// Drop every claim of a set that is gone: its machines stay
+    /// provisioned, unclaimed.
+    async fn orphaned(&self, key: &ObjectKey) -> Result<Requeue, SetError> {
+        for m in self.claimed(key).await? {
+            let mut m = m;
+            if let Some(l) = m.metadata.labels.as_mut() {
+                l.remove(SET_LABEL);
+                l.remove(REVISION_LABEL);
+            }
+            match self.store.update_obj(&m).await {
+                Ok(_) => {}
+                Err(e) if e.is_conflict() || e.is_not_found() => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Ok(Requeue::Forget)
+    }
+
+    async fn claimed(&self, key: &ObjectKey) -> Result<Vec<Machine>, SetError> {
+        let sel = Selector::parse(&format!("{SET_LABEL}={}", key.name))
+            .map_err(|e| SetError::Selector(e.to_string()))?;
+        let opts = ListOptions {
+            namespace: Some(key.namespace.clone()),
+            selector: sel,
+        };
+        Ok(self.store.list_obj(&opts).await?)
+    }
+
+    async fn run(&self, key: &ObjectKey) -> Result<Requeue, SetError> {
+        let set: MachineSet = match self.store.get_obj(&key.namespace, &key.name).await {
+            Ok(s) => s,
+            Err(e) if e.is_not_found() => return self.orphaned(key).await,
+            Err(e) => return Err(e.into()),
+        };
+        let claimed = self.claimed(key).await?;
+        let pool = Selector::from_label_selector(&set.spec.selector)
+            .map_err(|e| SetError::Selector(e.to_string()))?;
+        let pool: Vec<Machine> = self
+            .store
+            .list_obj(&ListOptions {
+                namespace: Some(key.namespace.clone()),
+                selector: pool,
+            })
+            .await?;
+        let candidates: Vec<MachineView> = pool
+            .iter()
+            .filter(|m| !labels(m).contains_key(SET_LABEL))
+            .filter(|m| m.metadata.deletion_timestamp.is_none())
+            .map(|m| self.view(m, &key.name))
+            .collect();
+        let mut views = Vec::with_capacity(claimed.len());
+        for m in &claimed {
+            let mut v = self.view(m, &key.name);
+            self.health(&set, m, &mut v).await;
+            views.push(v);
+        }
+        let class = match self
+            .store
+            .get_obj::<MachineClass>(&key.namespace, &set.spec.template.class_ref.name)
+            .await
+        {
+            Ok(c) => Some(c.spec),
+            Err(e) if e.is_not_found() => None,
+            Err(e) => return Err(e.into()),
+        };
+        let now = Timestamp::now();
+        let p = plan(&Input {
+            set: &set,
+            claimed: views,
+            candidates,
+            class: class.as_ref(),
+            now,
+        });
+        tracing::debug!(actions = p.actions.len(), "plan");
+        let in_flight = p.status.current_batch.is_some();
+        // Record first: the batch and its members survive a crash.
+        if set.status.as_ref() != Some(&p.status) {
+            let mut s = set.clone();
+            s.status = Some(p.status.clone());
+            self.store.update_status_obj(&s).await?;
+        }
+        let mut conflicts = false;
+        for a in &p.actions {
+            let r = match a {
+                Action::Claim { machine, revision } => {
+                    self.claim(
+                        &set,
+                        machine,
+                        p.status.revisions.iter().find(|r| r.revision == *revision),
+                    )
+                    .await
+                }
+                Action::Pin { machine, revision } => {
+                    self.pin(
+                        &set,
+                        machine,
+                        p.status.revisions.iter().find(|r| r.revision == *revision),
+                    )
+                    .await
+                }
+                Action::Release { machine } => self.release(&set, machine).await,
+                Action::Event {
+                    warning,
+                    reason,
+                    message,
+                } => {
+                    self.event(&set, *warning, reason, message).await;
+                    Ok(())
+                }
+            };
+            match r {
+                Ok(()) => {}
+                Err(e) if e.is_conflict() || e.is_not_found() => conflicts = true,
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Ok(if conflicts {
+            Requeue::After(Duration::from_millis(200))
+        } else if in_flight || !p.actions.is_empty() {
+            Requeue::After(GATE_POLL)
+        } else {
+            Requeue::Periodic
+        })
+    }
+
+    /// Claim an unclaimed Available machine at the version we read it at.
+    async fn claim(
+        &self,
+        set: &MachineSet,
+        name: &str,
+        rev: Option<&SetRevision>,
+    ) -> Result<(), StoreError> {
+        let Some(rev) = rev else { return Ok(()) };
+        let ns = set.metadata.namespace.as_deref().unwrap_or("default");
+        let mut m: Machine = self.store.get_obj(ns, name).await?;
+        let phase = m.status.as_ref().and_then(|s| s.phase);
+        if labels(&m).contains_key(SET_LABEL) || phase != Some(MachinePhase::Available) {
+            return Ok(());
+        }
+        let set_name = set.metadata.name.clone().unwrap_or_default();
+        let l = m.metadata.labels.get_or_insert_default();
+        l.extend(set.spec.template.labels.clone());
+        l.insert(SET_LABEL.into(), set_name);
+        l.insert(REVISION_LABEL.into(), rev.revision.to_string());
+        m.spec.class_ref = Some(LocalObjectReference {
+            name: rev.class_name.clone(),
+        });
+        m.spec.overrides = rev.overrides.clone();
+        self.store.update_obj(&m).await?;
+        Ok(())
+    }
+
+    async fn pin(
+        &self,
+        set: &MachineSet,
+        name: &str,
+        rev: Option<&SetRevision>,
+    ) -> Result<(), StoreError> {
+        let Some(rev) = rev else { return Ok(()) };
+        let ns = set.metadata.namespace.as_deref().unwrap_or("default");
+        let mut m: Machine = self.store.get_obj(ns, name).await?;
+        let set_name = set.metadata.name.clone().unwrap_or_default();
+        if labels(&m).get(SET_LABEL) != Some(&set_name) {
+            return Ok(());
+        }
+        let l = m.metadata.labels.get_or_insert_default();
+        l.extend(set.spec.template.labels.clone());
+        l.insert(REVISION_LABEL.into(), rev.revision.to_string());
+        m.spec.class_ref = Some(LocalObjectReference {
+            name: rev.class_name.clone(),
+        });
+        m.spec.overrides = rev.overrides.clone();
+        self.store.update_obj(&m).await?;
+        Ok(())
+    }
+
+    /// Give a machine back to the pool: the Machine controller drains,
+    /// wipes when the class says so and powers it off (Available again).
+    async fn release(&self, set: &MachineSet, name: &str) -> Result<(), StoreError> {
+        let ns = set.metadata.namespace.as_deref().unwrap_or("default");
+        let mut m: Machine = self.store.get_obj(ns, name).await?;
+        let set_name = set.metadata.name.clone().unwrap_or_default();
+        if labels(&m).get(SET_LABEL) != Some(&set_name) {
+            return Ok(());
+        }
+        if let Some(l) = m.metadata.labels.as_mut() {
+            l.remove(SET_LABEL);
+            l.remove(REVISION_LABEL);
+            for k in set.spec.template.labels.keys() {
+                l.remove(k);
+            }
+        }
+        m.spec.class_ref = None;
+        m.spec.overrides = None;
+        self.store.update_obj(&m).await?;
+        Ok(())
+    }
+
+    async fn event(&self, set: &MachineSet, warning: bool, reason: &str, message: &str) {
+        let about = Regarding {
+            kind: Kind::MachineSet,
+            namespace: set
+                .metadata
+                .namespace
+                .clone()
+                .unwrap_or_else(|| "default".into()),
+            name: set.metadata.name.clone().unwrap_or_default(),
+            uid: set.metadata.uid.clone(),
+        };
+        let t = if warning {
+            EventType::Warning
+        } else {
+            EventType::Normal
+        };
+        if let Err(e) = record(self.store.as_ref(), &about, t, reason, message).await {
+            tracing::warn!(error = %e, "cannot record event");
+        }
+    }
+}
+
+impl Reconciler for MachineSetReconciler {
+    type Key = ObjectKey;
+    type Error = SetError;
+
+    fn name(&self) -> &'static str {
+        "machineset"
+    }
+
+    async fn reconcile(&self, key: &ObjectKey) -> Result<Requeue, SetError> {
+        let span = tracing::info_span!("machineset", machineset = %key);
+        match self.run(key).instrument(span).await {
+            Err(SetError::Store(e)) if e.is_conflict() => {
+                Ok(Requeue::After(Duration::from_millis(200)))
+            }
+            other => other,
+        }
+    }
+}

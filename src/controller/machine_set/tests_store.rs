@@ -1,0 +1,261 @@
+//! The set reconciler against the embedded store: scaling claims and
+//! releases Machines and reports a short pool; two sets reconciled at once
+//! over one pool never share a Machine, checked from the Machine watch
+//! stream (a claim label, once set, never changes to another set); a
+//! claimed machine renders from its revision's snapshot, not the live class.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use futures::StreamExt;
+
+use super::plan::cond;
+use super::plan::tests::class;
+use super::probe::Prober;
+use super::reconcile::MachineSetReconciler;
+use crate::api::machine_set::{MachineSetSpec, MachineTemplate, SET_LABEL};
+use crate::api::*;
+use crate::controller::feed::ObjectKey;
+use crate::controller::runner::Reconciler;
+use crate::store::embedded::EmbeddedStore;
+use crate::store::{ListOptions, Store, TypedStore};
+
+struct NoProbe;
+
+#[async_trait]
+impl Prober for NoProbe {
+    async fn status(&self, url: &str) -> Result<u16, String> {
+        Err(format!("unexpected probe of {url}"))
+    }
+}
+
+struct Env {
+    store: Arc<dyn Store>,
+    _dir: tempfile::TempDir,
+}
+
+fn env() -> Env {
+    let dir = tempfile::tempdir().unwrap();
+    let store: Arc<dyn Store> = Arc::new(EmbeddedStore::open(&dir.path().join("s.redb")).unwrap());
+    Env { store, _dir: dir }
+}
+
+fn reconciler(e: &Env) -> MachineSetReconciler {
+    MachineSetReconciler {
+        store: e.store.clone(),
+        prober: Arc::new(NoProbe),
+        cluster_configured: false,
+    }
+}
+
+async fn available(e: &Env, name: &str) {
+    let mut m = Machine::new(
+        name,
+        MachineSpec {
+            bmc: BmcSpec {
+                address: "redfish+http://127.0.0.1:8000/redfish/v1/Systems/1".into(),
+                credentials_secret_ref: SecretReference {
+                    name: "bmc".into(),
+                    key: None,
+                },
+                ..Default::default()
+            },
+            ..Default::default()
+        },
+    );
+    m.metadata.namespace = Some("default".into());
+    m.metadata.labels = Some([("role".to_string(), "worker".to_string())].into());
+    let mut m = e.store.create_obj(&m).await.unwrap();
+    m.status = Some(MachineStatus {
+        phase: Some(MachinePhase::Available),
+        ..Default::default()
+    });
+    e.store.update_status_obj(&m).await.unwrap();
+}
+
+async fn class_obj(e: &Env, version: &str) {
+    let mut c = MachineClass::new("flatcar", class(version));
+    c.metadata.namespace = Some("default".into());
+    match e.store.get_obj::<MachineClass>("default", "flatcar").await {
+        Ok(old) => {
+            c.metadata.resource_version = old.metadata.resource_version;
+            e.store.update_obj(&c).await.unwrap();
+        }
+        Err(_) => {
+            e.store.create_obj(&c).await.unwrap();
+        }
+    }
+}
+
+async fn set(e: &Env, name: &str, replicas: i32) {
+    let mut s = MachineSet::new(
+        name,
+        MachineSetSpec {
+            replicas,
+            selector: k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector {
+                match_labels: Some([("role".to_string(), "worker".to_string())].into()),
+                ..Default::default()
+            },
+            template: MachineTemplate {
+                labels: [("pool".to_string(), name.to_string())].into(),
+                class_ref: LocalObjectReference {
+                    name: "flatcar".into(),
+                },
+                overrides: None,
+            },
+            ..Default::default()
+        },
+    );
+    s.metadata.namespace = Some("default".into());
+    match e.store.get_obj::<MachineSet>("default", name).await {
+        Ok(old) => {
+            s.metadata.resource_version = old.metadata.resource_version;
+            e.store.update_obj(&s).await.unwrap();
+        }
+        Err(_) => {
+            e.store.create_obj(&s).await.unwrap();
+        }
+    }
+}
+
+async fn claims(e: &Env) -> BTreeMap<String, String> {
+    let ms: Vec<Machine> = e.store.list_obj(&ListOptions::default()).await.unwrap();
+    ms.into_iter()
+        .filter_map(|m| {
+            let owner = m.metadata.labels.as_ref()?.get(SET_LABEL)?.clone();
+            Some((m.metadata.name.clone()?, owner))
+        })
+        .collect()
+}
+
+async fn reconcile(r: &MachineSetReconciler, name: &str) {
+    r.reconcile(&ObjectKey::new("default", name)).await.unwrap();
+}
+
+#[tokio::test]
+async fn scale_up_claims_down_releases_short_pool_is_reported() {
+    let e = env();
+    for n in ["m1", "m2", "m3"] {
+        available(&e, n).await;
+    }
+    class_obj(&e, "1.0").await;
+    set(&e, "workers", 2).await;
+    let r = reconciler(&e);
+    reconcile(&r, "workers").await;
+    let c = claims(&e).await;
+    assert_eq!(c.keys().collect::<Vec<_>>(), ["m1", "m2"]);
+    let m1: Machine = e.store.get_obj("default", "m1").await.unwrap();
+    assert_eq!(m1.spec.class_ref.unwrap().name, "flatcar");
+    let l = m1.metadata.labels.unwrap();
+    assert_eq!(l.get("pool").map(String::as_str), Some("workers"));
+    // The claim pins the machine to revision 1's snapshot.
+    let (snap, hash) = super::pin::pinned_class(e.store.as_ref(), &{
+        e.store.get_obj::<Machine>("default", "m1").await.unwrap()
+    })
+    .await
+    .unwrap()
+    .unwrap();
+    assert_eq!(snap.spec.image.version, "1.0");
+    // A live class edit does not reach it: still revision 1's snapshot.
+    class_obj(&e, "9.9").await;
+    let m1: Machine = e.store.get_obj("default", "m1").await.unwrap();
+    let (snap2, hash2) = super::pin::pinned_class(e.store.as_ref(), &m1)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!((snap2.spec.image.version.as_str(), &hash2), ("1.0", &hash));
+    assert_eq!(snap, snap2);
+    class_obj(&e, "1.0").await;
+
+    // Down: one released, back to no class and no claim.
+    set(&e, "workers", 1).await;
+    reconcile(&r, "workers").await;
+    let c = claims(&e).await;
+    assert_eq!(c.len(), 1, "{c:?}");
+    let gone = if c.contains_key("m1") { "m2" } else { "m1" };
+    let g: Machine = e.store.get_obj("default", gone).await.unwrap();
+    assert!(g.spec.class_ref.is_none());
+    assert!(!g.metadata.labels.unwrap_or_default().contains_key("pool"));
+
+    // Up past the pool: claims what there is and says so.
+    set(&e, "workers", 5).await;
+    reconcile(&r, "workers").await;
+    let s: MachineSet = e.store.get_obj("default", "workers").await.unwrap();
+    let pool = s
+        .status
+        .unwrap()
+        .conditions
+        .into_iter()
+        .find(|c| c.type_ == cond::POOL)
+        .unwrap();
+    assert_eq!(
+        (pool.status.as_str(), pool.reason.as_str()),
+        ("False", "PoolShort")
+    );
+    // No Machine controller runs here, so the released machine is still
+    // Available: 1 claimed + 2 candidates.
+    assert_eq!(pool.message, "wanted 5, claimable 3");
+}
+
+#[tokio::test]
+async fn two_sets_racing_for_one_pool_never_share_a_machine() {
+    let e = env();
+    let names: Vec<String> = (0..12).map(|i| format!("m{i:02}")).collect();
+    for n in &names {
+        available(&e, n).await;
+    }
+    class_obj(&e, "1.0").await;
+    set(&e, "a", 8).await;
+    set(&e, "b", 8).await;
+    let watch = e
+        .store
+        .watch(Kind::Machine, &ListOptions::default(), None)
+        .await
+        .unwrap();
+    // Two reconcilers (two controller replicas), both sets each, at once.
+    let (r1, r2) = (reconciler(&e), reconciler(&e));
+    for _ in 0..4 {
+        tokio::join!(
+            reconcile(&r1, "a"),
+            reconcile(&r2, "b"),
+            reconcile(&r2, "a"),
+            reconcile(&r1, "b"),
+        );
+    }
+    let c = claims(&e).await;
+    assert!(c.len() >= 8, "{c:?}");
+    assert!(
+        c.values().any(|s| s == "a") && c.values().any(|s| s == "b"),
+        "{c:?}"
+    );
+    // From the watch: a claim never passes from one set to another without
+    // being released in between (a lost update would show as exactly that).
+    let mut owner: BTreeMap<String, String> = BTreeMap::new();
+    let events: Vec<_> = watch
+        .take_until(tokio::time::sleep(std::time::Duration::from_millis(300)))
+        .collect()
+        .await;
+    assert!(!events.is_empty());
+    for ev in events {
+        let v = ev.unwrap().object().clone();
+        let name = v
+            .pointer("/metadata/name")
+            .and_then(|n| n.as_str())
+            .unwrap()
+            .to_string();
+        match v.pointer(&format!(
+            "/metadata/labels/{}",
+            SET_LABEL.replace('/', "~1")
+        )) {
+            Some(set) => {
+                let set = set.as_str().unwrap().to_string();
+                let first = owner.entry(name.clone()).or_insert_with(|| set.clone());
+                assert_eq!(*first, set, "{name} passed from one set to another");
+            }
+            None => {
+                owner.remove(&name);
+            }
+        }
+    }
+}
