@@ -48,7 +48,7 @@ async fn boot_once(fw: Firmware, ra: bool, mac: &str, os: &initramfs::TestOs) ->
     // Objects as the controller leaves them right before powering on.
     {
         let store: Arc<dyn Store> =
-            Arc::new(EmbeddedStore::open(&data.join(metalherd::app::STORE_FILE)).unwrap());
+            Arc::new(EmbeddedStore::open(&data.join(metalherd::datadir::STORE_FILE)).unwrap());
         let mut class = bootlab::class(
             "lab",
             bootlab::file_artifact(&os.kernel),
@@ -142,7 +142,7 @@ boot:
     std::thread::sleep(Duration::from_secs(2));
     serve.terminate(Duration::from_secs(10));
 
-    let store = EmbeddedStore::open(&data.join(metalherd::app::STORE_FILE)).unwrap();
+    let store = EmbeddedStore::open(&data.join(metalherd::datadir::STORE_FILE)).unwrap();
     let m: Machine = store.get_obj("default", "node1").await.unwrap();
     let st = m.status.unwrap();
     let b = st.boot.unwrap();

@@ -103,12 +103,12 @@ impl ApiClient {
         let base = g
             .server
             .clone()
-            .or_else(|| from_file(crate::app::SERVER_URL_FILE))
+            .or_else(|| from_file(crate::datadir::SERVER_URL_FILE))
             .unwrap_or_else(|| DEFAULT_SERVER.to_string());
         let token = std::env::var("METALHERD_TOKEN")
             .ok()
             .filter(|t| !t.is_empty())
-            .or_else(|| from_file(crate::app::TOKEN_FILE));
+            .or_else(|| from_file(crate::datadir::TOKEN_FILE));
         ApiClient::new(&base, token, g.data_dir.clone())
     }
 
@@ -361,7 +361,7 @@ impl ApiClient {
         if code == StatusCode::UNAUTHORIZED {
             return Err(ClientError::Unauthorized {
                 url: self.base.clone(),
-                token_file: self.data_dir.join(crate::app::TOKEN_FILE),
+                token_file: self.data_dir.join(crate::datadir::TOKEN_FILE),
             });
         }
         let body = resp.bytes().await.unwrap_or_default();

@@ -11,6 +11,7 @@ pub mod client;
 pub mod objects;
 pub mod reimage;
 pub mod render;
+pub mod serve;
 pub mod show;
 
 /// Bare-metal provisioning: declare Machines; metalherd powers, boots,
@@ -46,7 +47,7 @@ pub struct GlobalArgs {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Run metalherd: store, API, boot services, controllers.
-    Serve(crate::app::ServeArgs),
+    Serve(serve::ServeArgs),
     /// Create or update objects from YAML (file, directory or `-`).
     Apply(objects::ApplyArgs),
     /// List or show objects.

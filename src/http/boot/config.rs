@@ -7,7 +7,7 @@
 //!   baseUrl: http://10.77.0.1:8080  # how machines reach it (default: from listen)
 //!   assetsDir: boot-assets          # served under /assets/
 //!   kernelArgs: [console=ttyS0]     # appended to every install kernel line
-//!   routerAdvertisement:            # off unless present (see ra.rs)
+//!   routerAdvertisement:            # off unless present (see src/ra.rs)
 //!     interface: br0
 //! ```
 
@@ -15,6 +15,8 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 
 use serde::Deserialize;
+
+use crate::ra::RaSettings;
 
 use super::script::check_kernel_arg;
 
@@ -67,12 +69,6 @@ pub struct BootSettings {
     pub kernel_args: Vec<String>,
     pub wait_seconds: u32,
     pub router_advertisement: Option<RaSettings>,
-}
-
-#[derive(Clone, Debug)]
-pub struct RaSettings {
-    pub interface: String,
-    pub interval: std::time::Duration,
 }
 
 #[derive(Debug, thiserror::Error)]

@@ -15,7 +15,6 @@ pub mod config;
 pub mod files;
 pub mod ignition;
 pub mod metrics;
-pub mod ra;
 pub mod range;
 pub mod renderer;
 pub mod script;
@@ -352,9 +351,6 @@ pub async fn serve(
     state: Arc<BootState>,
     cancel: CancellationToken,
 ) -> Result<(), BootError> {
-    if let Some(ra) = state.settings.router_advertisement.clone() {
-        tokio::spawn(ra::run(ra, cancel.clone()));
-    }
     let app = router(state).into_make_service_with_connect_info::<SocketAddr>();
     axum::serve(super::no_delay(listener), app)
         .with_graceful_shutdown(async move { cancel.cancelled().await })
@@ -363,8 +359,7 @@ pub async fn serve(
 }
 
 /// Start the boot HTTP service from `serve`: binds the listener first
-/// (fail fast), then runs the server (and the optional router
-/// advertisements) in `tasks` under `cancel`.
+/// (fail fast), then runs the server in `tasks` under `cancel`.
 pub async fn start(
     settings: BootSettings,
     deps: BootDeps,

@@ -1,4 +1,6 @@
-//! An optional IPv6 router advertisement on the boot interface, only to end
+//! An optional IPv6 router advertisement on the boot interface (an ICMPv6
+//! service of its own, started by `serve` beside the boot HTTP server), only
+//! to end
 //! iPXE's wait for IPv6 autoconfiguration (about 13 s per boot with Debian's
 //! iPXE when no router answers).
 //!
@@ -25,7 +27,12 @@ use socket2::{Domain, Protocol, SockAddr, Socket, Type};
 use tokio::io::unix::AsyncFd;
 use tokio_util::sync::CancellationToken;
 
-use crate::http::boot::config::RaSettings;
+/// Validated settings (from `boot.routerAdvertisement` in the config file).
+#[derive(Clone, Debug)]
+pub struct RaSettings {
+    pub interface: String,
+    pub interval: Duration,
+}
 
 const ICMPV6_ROUTER_SOLICITATION: u8 = 133;
 const ICMPV6_ROUTER_ADVERTISEMENT: u8 = 134;

@@ -1,0 +1,98 @@
+//! Starting the boot services: the boot directory and its recorder, DHCP,
+//! TFTP, boot HTTP (iPXE, assets, Ignition, call-home) and the IPv6 router
+//! advertisement. Each binds its socket here (fail fast) and runs in the
+//! shared `JoinSet` under the shared cancellation token.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use anyhow::Context;
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+
+use crate::config::ConfigFile;
+use crate::http::ops::MetricsRegistry;
+use crate::store::Store;
+
+/// What the boot services hand on to the controllers.
+pub(super) struct Started {
+    /// Frees a machine's DHCP lease when it is retired (DHCP running here).
+    pub lease_releaser: Option<crate::dhcp::server::LeaseReleaser>,
+}
+
+pub(super) async fn start(
+    config: &ConfigFile,
+    data_dir: &Path,
+    store: &Arc<dyn Store>,
+    registry: &MetricsRegistry,
+    tasks: &mut JoinSet<()>,
+    cancel: &CancellationToken,
+) -> anyhow::Result<Started> {
+    // The boot directory: MAC/IP -> Machine index for the boot services.
+    let directory = crate::directory::Directory::new();
+    tasks.spawn(directory.clone().run(store.clone(), cancel.clone()));
+    let recorder = crate::directory::BootRecorder::spawn(store.clone(), cancel.clone());
+
+    let mut lease_releaser = None;
+    let mut lease_view = None;
+    if let Some(wire) = config.dhcp.clone() {
+        let metrics = crate::dhcp::metrics::DhcpMetrics::default();
+        registry.with_registry(|r| metrics.register(r));
+        let settings = crate::dhcp::DhcpSettings::try_from(wire).context("config dhcp")?;
+        let bound = crate::dhcp::server::BoundServer::bind(settings, data_dir).await?;
+        lease_releaser = Some(bound.releaser());
+        lease_view = Some(bound.lease_view());
+        let (st, dir, rec, c) = (
+            Some(crate::discovery::spawn(store.clone(), cancel.clone())),
+            directory.clone(),
+            recorder.clone(),
+            cancel.clone(),
+        );
+        tasks.spawn(async move {
+            if let Err(e) = bound.serve(dir, st, rec, metrics, c.clone()).await {
+                tracing::error!(error = %e, "DHCP server stopped");
+                c.cancel();
+            }
+        });
+    }
+
+    if let Some(wire) = config.tftp.clone() {
+        let metrics = crate::tftp::TftpMetrics::default();
+        registry.with_registry(|r| metrics.register(r));
+        let source = crate::tftp::DirSource::new(&wire.root)
+            .with_context(|| format!("config tftp.root {}", wire.root.display()))?;
+        let bound = crate::tftp::bind(&wire)?;
+        let events = Arc::new(crate::tftp::BootTimeline {
+            directory: directory.clone(),
+            recorder: recorder.clone(),
+        });
+        tasks.spawn(bound.serve(Arc::new(source), events, metrics, cancel.clone()));
+    }
+
+    if let Some(wire) = config.boot.clone() {
+        let settings = wire.settings(data_dir).context("config boot")?;
+        let metrics = crate::http::boot::BootMetrics::default();
+        registry.with_registry(|r| metrics.register_into(r));
+        let ra = settings.router_advertisement.clone();
+        crate::http::boot::start(
+            settings,
+            crate::http::boot::BootDeps {
+                store: store.clone(),
+                directory: directory.clone(),
+                recorder: recorder.clone(),
+                ignition: Arc::new(crate::http::boot::renderer::Renderer {
+                    store: store.clone(),
+                }),
+                leases: lease_view.map(|v| Arc::new(v) as Arc<dyn crate::http::boot::LeaseLookup>),
+                metrics,
+            },
+            tasks,
+            cancel.clone(),
+        )
+        .await?;
+        if let Some(ra) = ra {
+            tasks.spawn(crate::ra::run(ra, cancel.clone()));
+        }
+    }
+    Ok(Started { lease_releaser })
+}

@@ -1,0 +1,53 @@
+//! Starting the controllers (the Machine and MachineSet controllers) from the
+//! config file's `controller:` and `bmc:` sections, in the shared `JoinSet` under the
+//! shared cancellation token.
+
+use std::sync::Arc;
+
+use anyhow::Context;
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+
+use crate::config::ConfigFile;
+use crate::http::ops::MetricsRegistry;
+use crate::store::Store;
+
+pub(super) async fn start(
+    config: &ConfigFile,
+    store: &Arc<dyn Store>,
+    registry: &MetricsRegistry,
+    lease_releaser: Option<crate::dhcp::server::LeaseReleaser>,
+    tasks: &mut JoinSet<()>,
+    cancel: &CancellationToken,
+) -> anyhow::Result<()> {
+    let controller_config = config.controller.clone().unwrap_or_default();
+    let controller = controller_config.validate().context("config controller")?;
+    let bmc_settings =
+        crate::bmc::quirks::BmcSettings::try_from(config.bmc.clone().unwrap_or_default())
+            .context("config")?;
+    if !controller_config.enabled {
+        tracing::info!("machine controller disabled by config");
+        return Ok(());
+    }
+    let runner_metrics = crate::controller::runner::RunnerMetrics::default();
+    registry.with_registry(|r| runner_metrics.register(r));
+    crate::controller::start::start_machine_controller(
+        store.clone(),
+        controller,
+        bmc_settings.quirks.clone(),
+        runner_metrics.clone(),
+        lease_releaser
+            .map(|r| Arc::new(r) as Arc<dyn crate::controller::machine::execute::AddressReleaser>),
+        tasks,
+        cancel.clone(),
+    )
+    .await?;
+    crate::controller::machine_set::start::start_machine_set_controller(
+        store.clone(),
+        controller_config.kubeconfig.is_some(),
+        runner_metrics,
+        tasks,
+        cancel.clone(),
+    );
+    Ok(())
+}

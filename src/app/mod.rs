@@ -1,0 +1,119 @@
+//! `metalherd serve`: the composition root. Opens the store, then starts
+//! the boot services ([`boot`]), the controllers ([`controllers`]) and the
+//! API server ([`api`]) under one cancellation token; fails fast on binds.
+//!
+//! Start-up order: data directory (writable?), store, API token, listener
+//! (port free?), then services. Any of these failing is one clear line and
+//! a non-zero exit, before anything runs. SIGTERM or SIGINT cancel the
+//! token; the API stops accepting, open watches end, services drain.
+
+mod api;
+mod boot;
+mod controllers;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+
+use crate::cli::serve::ServeArgs;
+use crate::datadir::{STORE_FILE, TOKEN_FILE};
+use crate::http::ops::{ApiMetrics, MetricsRegistry};
+use crate::store::{Store, StoreConfig};
+
+/// How long services get to finish after shutdown begins.
+const DRAIN: Duration = Duration::from_secs(10);
+
+pub async fn serve(global: &crate::cli::GlobalArgs, args: ServeArgs) -> anyhow::Result<()> {
+    let data_dir = global.data_dir.clone();
+    crate::datadir::prepare_data_dir(&data_dir)?;
+    let mut config = match &args.config {
+        Some(p) => crate::config::ConfigFile::load(p)?,
+        None => crate::config::ConfigFile::default(),
+    };
+    // Flags override the file; bad ones stop here, before anything binds.
+    config.dhcp = args.dhcp_flags().apply(config.dhcp.take())?;
+    let store: Arc<dyn Store> = crate::store::open(&StoreConfig::Embedded {
+        path: data_dir.join(STORE_FILE),
+    })
+    .map_err(|e| anyhow::anyhow!("{e} (is another metalherd using this data directory?)"))?;
+    let token = crate::datadir::load_or_create_token(&data_dir)?;
+    let addr: SocketAddr = args.listen.parse().with_context(|| {
+        format!(
+            "--listen {:?} is not an address like 127.0.0.1:7080",
+            args.listen
+        )
+    })?;
+    let listener = tokio::net::TcpListener::bind(addr).await.map_err(|e| {
+        if e.kind() == std::io::ErrorKind::AddrInUse {
+            anyhow::anyhow!("cannot listen on {addr}: the port is in use (another metalherd running? choose another with --listen)")
+        } else {
+            anyhow::anyhow!("cannot listen on {addr}: {e}")
+        }
+    })?;
+    let bound = listener.local_addr().context("listener address")?;
+    crate::datadir::write_server_url(&data_dir, bound)?;
+
+    let cancel = CancellationToken::new();
+    let registry = MetricsRegistry::new();
+    let api_metrics = ApiMetrics::register(&registry);
+    registry.with_registry(crate::bmc::ipmi::metrics::register);
+    registry.with_registry(crate::bmc::metrics::register);
+    let mut tasks: JoinSet<()> = JoinSet::new();
+
+    let started = boot::start(&config, &data_dir, &store, &registry, &mut tasks, &cancel).await?;
+    controllers::start(
+        &config,
+        &store,
+        &registry,
+        started.lease_releaser,
+        &mut tasks,
+        &cancel,
+    )
+    .await?;
+    let app = api::router(&store, &registry, api_metrics, &token, &cancel);
+
+    spawn_signal_handler(cancel.clone())?;
+    tracing::info!(
+        listen = %bound,
+        data_dir = %data_dir.display(),
+        "metalherd serving (token in {})",
+        data_dir.join(TOKEN_FILE).display()
+    );
+    let shutdown = cancel.clone();
+    let served = axum::serve(crate::http::no_delay(listener), app)
+        .with_graceful_shutdown(async move { shutdown.cancelled().await })
+        .await;
+    // Whatever ended the server ends everything else too.
+    cancel.cancel();
+    let drained =
+        tokio::time::timeout(DRAIN, async { while tasks.join_next().await.is_some() {} }).await;
+    if drained.is_err() {
+        tracing::warn!("services did not stop within {DRAIN:?}; exiting anyway");
+        tasks.abort_all();
+    }
+    served.context("API server")?;
+    tracing::info!("metalherd stopped");
+    Ok(())
+}
+
+/// SIGTERM and SIGINT cancel the token (once; a second signal is ignored
+/// while shutdown runs).
+fn spawn_signal_handler(cancel: CancellationToken) -> anyhow::Result<()> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut term = signal(SignalKind::terminate()).context("cannot install SIGTERM handler")?;
+    let mut int = signal(SignalKind::interrupt()).context("cannot install SIGINT handler")?;
+    tokio::spawn(async move {
+        let sig = tokio::select! {
+            _ = term.recv() => "SIGTERM",
+            _ = int.recv() => "SIGINT",
+            _ = cancel.cancelled() => return,
+        };
+        tracing::info!(signal = sig, "shutting down");
+        cancel.cancel();
+    });
+    Ok(())
+}

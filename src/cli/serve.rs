@@ -1,0 +1,38 @@
+//! The flags of `metalherd serve` (the composition root runs them).
+
+use clap::Args;
+
+#[derive(Debug, Clone, Args)]
+pub struct ServeArgs {
+    /// Address of the API server.
+    #[arg(long, env = "METALHERD_LISTEN", default_value = "127.0.0.1:7080")]
+    pub listen: String,
+    /// Config file (YAML) for the boot services.
+    #[arg(long, env = "METALHERD_CONFIG")]
+    pub config: Option<std::path::PathBuf>,
+    /// DHCP: interface to serve on (overrides dhcp.interface; starts DHCP
+    /// even without a dhcp: section).
+    #[arg(long, env = "METALHERD_DHCP_INTERFACE", value_name = "IFACE")]
+    pub dhcp_interface: Option<String>,
+    /// DHCP: authoritative or proxy (overrides dhcp.mode).
+    #[arg(long, env = "METALHERD_DHCP_MODE", value_name = "MODE")]
+    pub dhcp_mode: Option<String>,
+    /// DHCP: our address, the server identifier (overrides dhcp.serverAddress).
+    #[arg(long, env = "METALHERD_DHCP_SERVER_ADDRESS", value_name = "IPV4")]
+    pub dhcp_server_address: Option<String>,
+    /// DHCP: batch or always (overrides dhcp.leaseSync.mode).
+    #[arg(long, env = "METALHERD_DHCP_LEASE_SYNC", value_name = "MODE")]
+    pub dhcp_lease_sync: Option<String>,
+}
+
+impl ServeArgs {
+    /// The DHCP flags, to lay over the config file's `dhcp:` section.
+    pub fn dhcp_flags(&self) -> crate::dhcp::flags::DhcpFlags {
+        crate::dhcp::flags::DhcpFlags {
+            interface: self.dhcp_interface.clone(),
+            mode: self.dhcp_mode.clone(),
+            server_address: self.dhcp_server_address.clone(),
+            lease_sync: self.dhcp_lease_sync.clone(),
+        }
+    }
+}

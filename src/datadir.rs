@@ -1,0 +1,103 @@
+//! The data directory's layout: the names of the files `serve` keeps there
+//! (store, API token, server URL) and the helpers that create them. Shared
+//! by `serve` (which writes them) and the CLI (which reads them), so neither
+//! imports the other.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use anyhow::Context;
+
+/// File name of the embedded store inside the data directory.
+pub const STORE_FILE: &str = "metalherd.redb";
+/// File holding the API bearer token (mode 0600).
+pub const TOKEN_FILE: &str = "api-token";
+/// File holding the URL the API server listens on, for the CLI.
+pub const SERVER_URL_FILE: &str = "server-url";
+
+/// Create the data directory and prove it is writable, with one clear line
+/// when it is not.
+pub fn prepare_data_dir(dir: &Path) -> anyhow::Result<()> {
+    let unwritable = |e: std::io::Error| {
+        anyhow::anyhow!("data directory {} is not writable: {e}", dir.display())
+    };
+    std::fs::create_dir_all(dir).map_err(unwritable)?;
+    let probe = dir.join(".write-test");
+    std::fs::write(&probe, b"").map_err(unwritable)?;
+    let _ = std::fs::remove_file(&probe);
+    Ok(())
+}
+
+/// Read the API token, or create a random one (mode 0600) on first start.
+pub fn load_or_create_token(dir: &Path) -> anyhow::Result<String> {
+    use std::io::Write;
+    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+    let path = dir.join(TOKEN_FILE);
+    match std::fs::read_to_string(&path) {
+        Ok(t) if !t.trim().is_empty() => {
+            // Tighten a token file someone loosened.
+            let _ = std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600));
+            return Ok(t.trim().to_string());
+        }
+        Ok(_) => {
+            let _ = std::fs::remove_file(&path);
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => anyhow::bail!("cannot read API token {}: {e}", path.display()),
+    }
+    let mut bytes = [0u8; 32];
+    rand::Rng::fill(&mut rand::rng(), &mut bytes);
+    let token = hex::encode(bytes);
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(&path)
+        .with_context(|| format!("cannot create API token {}", path.display()))?;
+    f.write_all(format!("{token}\n").as_bytes())
+        .with_context(|| format!("cannot write API token {}", path.display()))?;
+    Ok(token)
+}
+
+/// Write the URL clients use to reach us (loopback for wildcard binds).
+pub fn write_server_url(dir: &Path, bound: SocketAddr) -> anyhow::Result<()> {
+    let host = match bound.ip() {
+        std::net::IpAddr::V4(ip) if ip.is_unspecified() => "127.0.0.1".to_string(),
+        std::net::IpAddr::V6(ip) if ip.is_unspecified() => "[::1]".to_string(),
+        std::net::IpAddr::V4(ip) => ip.to_string(),
+        std::net::IpAddr::V6(ip) => format!("[{ip}]"),
+    };
+    let url = format!("http://{host}:{}\n", bound.port());
+    let path: PathBuf = dir.join(SERVER_URL_FILE);
+    std::fs::write(&path, url).with_context(|| format!("cannot write {}", path.display()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn token_is_created_once_with_mode_0600() {
+        use std::os::unix::fs::PermissionsExt;
+        let d = tempfile::tempdir().unwrap();
+        let t1 = load_or_create_token(d.path()).unwrap();
+        let t2 = load_or_create_token(d.path()).unwrap();
+        assert_eq!(t1, t2);
+        assert_eq!(t1.len(), 64);
+        let mode = std::fs::metadata(d.path().join(TOKEN_FILE))
+            .unwrap()
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, 0o600);
+    }
+
+    #[test]
+    fn data_dir_under_a_file_is_refused_in_one_line() {
+        let d = tempfile::tempdir().unwrap();
+        let f = d.path().join("file");
+        std::fs::write(&f, "").unwrap();
+        let e = prepare_data_dir(&f.join("sub")).unwrap_err().to_string();
+        assert!(e.starts_with("data directory "), "{e}");
+        assert!(!e.contains('\n'));
+    }
+}
