@@ -325,7 +325,7 @@ async fn run(n: usize, limit: usize) {
     }
     let _ = rustls::crypto::ring::default_provider().install_default();
     // TFTP as serve starts it, serving a small boot file from memory.
-    let boot_file = metalherd::tftp::MemorySource::new();
+    let boot_file = metalherd::files::MemorySource::new();
     boot_file.insert("ipxe.efi", vec![0x5a_u8; 4000]);
     let tftp = metalherd::tftp::bind(&metalherd::tftp::TftpConfig {
         listen: "127.0.0.1:0".parse().unwrap(),

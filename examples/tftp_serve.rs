@@ -6,7 +6,8 @@
 
 use std::sync::Arc;
 
-use metalherd::tftp::{DirSource, NoEvents, TftpConfig, TftpMetrics};
+use metalherd::files::DirSource;
+use metalherd::tftp::{NoEvents, TftpConfig, TftpMetrics};
 use tokio_util::sync::CancellationToken;
 
 #[tokio::main]

@@ -28,6 +28,7 @@ pub mod datadir;
 pub mod dhcp;
 pub mod directory;
 pub mod discovery;
+pub mod files;
 pub mod http;
 pub mod ignition;
 pub mod ra;

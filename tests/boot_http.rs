@@ -495,7 +495,7 @@ async fn image_cache_downloads_over_http_once_and_verifies() {
         hex::encode(sha2::Sha256::digest(&bytes))
     };
     let dir = tempfile::tempdir().unwrap();
-    let cache = boot::ImageCache::new(dir.path().join("cache"));
+    let cache = metalherd::files::ImageCache::new(dir.path().join("cache"));
     let art = metalherd::api::Artifact {
         url: format!("{}/assets/vmlinuz", s.url),
         sha256: Some(sha.clone()),
@@ -523,7 +523,7 @@ async fn image_cache_downloads_over_http_once_and_verifies() {
     };
     assert!(matches!(
         cache.ensure(&bad).await,
-        Err(boot::cache::CacheError::Mismatch { .. })
+        Err(metalherd::files::CacheError::Mismatch { .. })
     ));
     assert!(cache.lookup(&"0".repeat(64)).await.is_none());
     let missing = metalherd::api::Artifact {
@@ -534,7 +534,7 @@ async fn image_cache_downloads_over_http_once_and_verifies() {
     };
     assert!(matches!(
         cache.ensure(&missing).await,
-        Err(boot::cache::CacheError::Download { .. })
+        Err(metalherd::files::CacheError::Download { .. })
     ));
 }
 

@@ -59,7 +59,7 @@ pub(super) async fn start(
     if let Some(wire) = config.tftp.clone() {
         let metrics = crate::tftp::TftpMetrics::default();
         registry.with_registry(|r| metrics.register(r));
-        let source = crate::tftp::DirSource::new(&wire.root)
+        let source = crate::files::DirSource::new(&wire.root)
             .with_context(|| format!("config tftp.root {}", wire.root.display()))?;
         let bound = crate::tftp::bind(&wire)?;
         let events = Arc::new(crate::tftp::BootTimeline {

@@ -25,10 +25,11 @@ use super::burst::Burst;
 use super::config::{ConfigError, TftpConfig};
 use super::events::{TftpEvents, TransferReport};
 use super::metrics::TftpMetrics;
+use super::netascii::Netascii;
 use super::packet::{self, Mode, Packet, Request, code};
 use super::refuse::{ReplyBudget, refusal};
 use super::session::{Action, Limits, Outcome, Session};
-use super::source::{FileSource, Netascii, SourceError};
+use crate::files::{FileSource, SourceError};
 
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]

@@ -8,10 +8,9 @@ use std::process::Output;
 use std::sync::Arc;
 use std::time::Duration;
 
+use metalherd::files::{DirSource, FileSource, MemorySource, Overlay};
 use metalherd::tftp::packet::Packet;
-use metalherd::tftp::{
-    DirSource, FileSource, MemorySource, NoEvents, Overlay, TftpConfig, TftpMetrics,
-};
+use metalherd::tftp::{NoEvents, TftpConfig, TftpMetrics};
 use tokio_util::sync::CancellationToken;
 
 /// How long any single client run or raw exchange may take before the
