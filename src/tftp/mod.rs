@@ -19,7 +19,7 @@ pub mod refuse;
 pub mod server;
 pub mod session;
 
-pub use config::TftpConfig;
+pub use config::{TftpConfig, TftpSettings};
 pub use events::{BootTimeline, NoEvents, TftpEvents, TransferReport};
 pub use metrics::TftpMetrics;
 pub use server::{TftpError, TftpServer, bind, run};

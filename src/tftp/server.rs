@@ -22,7 +22,7 @@ use tokio_util::task::TaskTracker;
 use tracing::Instrument;
 
 use super::burst::Burst;
-use super::config::{ConfigError, TftpConfig};
+use super::config::{ConfigError, TftpConfig, TftpSettings};
 use super::events::{TftpEvents, TransferReport};
 use super::metrics::TftpMetrics;
 use super::netascii::Netascii;
@@ -51,14 +51,12 @@ pub struct TftpServer {
     /// serves it.
     socket: std::net::UdpSocket,
     local: SocketAddr,
-    limits: Limits,
-    config: TftpConfig,
+    settings: TftpSettings,
 }
 
-/// Bind the listening socket described by `config`.
-pub fn bind(config: &TftpConfig) -> Result<TftpServer, TftpError> {
-    let limits = config.validate()?;
-    let addr = config.listen;
+/// Bind the listening socket described by `settings`.
+pub fn bind(settings: &TftpSettings) -> Result<TftpServer, TftpError> {
+    let addr = settings.listen;
     let bind_err = |source| TftpError::Bind { addr, source };
     let sock = socket2::Socket::new(
         socket2::Domain::for_address(addr),
@@ -75,8 +73,7 @@ pub fn bind(config: &TftpConfig) -> Result<TftpServer, TftpError> {
     Ok(TftpServer {
         socket,
         local,
-        limits,
-        config: config.clone(),
+        settings: settings.clone(),
     })
 }
 
@@ -87,7 +84,7 @@ pub async fn run(
     events: Arc<dyn TftpEvents>,
     cancel: CancellationToken,
 ) -> Result<(), TftpError> {
-    bind(&config)?
+    bind(&TftpSettings::try_from(&config)?)?
         .serve(source, events, TftpMetrics::default(), cancel)
         .await;
     Ok(())
@@ -142,7 +139,7 @@ impl TftpServer {
         metrics: TftpMetrics,
         cancel: CancellationToken,
     ) {
-        let threads = self.config.threads;
+        let threads = self.settings.threads;
         if threads == 0 {
             return self.serve_here(source, events, metrics, cancel).await;
         }
@@ -193,17 +190,17 @@ impl TftpServer {
             source,
             events,
             metrics,
-            limits: self.limits,
+            limits: self.settings.limits,
             local_ip: self.local.ip(),
             active: Mutex::new(HashMap::new()),
             next_id: AtomicU64::new(0),
             budget: Mutex::new(ReplyBudget::new(
-                self.config.error_replies_per_second,
-                self.config.error_reply_burst,
+                self.settings.error_replies_per_second,
+                self.settings.error_reply_burst,
                 Instant::now(),
             )),
         });
-        let permits = Arc::new(Semaphore::new(self.config.max_transfers));
+        let permits = Arc::new(Semaphore::new(self.settings.max_transfers));
         let tracker = TaskTracker::new();
         let hard_stop = CancellationToken::new();
         let mut buf = vec![0u8; 65536];
@@ -259,7 +256,7 @@ impl TftpServer {
             );
         }
         tracker.close();
-        let drain = Duration::from_millis(self.config.drain_ms);
+        let drain = self.settings.drain;
         if tokio::time::timeout(drain, tracker.wait()).await.is_err() {
             tracing::info!(
                 left = tracker.len(),

@@ -87,7 +87,8 @@ pub async fn start(tweak: impl FnOnce(&mut TftpConfig)) -> TftpFixture {
         ..TftpConfig::default()
     };
     tweak(&mut config);
-    let server = metalherd::tftp::bind(&config).expect("bind");
+    let settings = metalherd::tftp::TftpSettings::try_from(&config).expect("settings");
+    let server = metalherd::tftp::bind(&settings).expect("bind");
     let addr = server.local_addr();
     let metrics = TftpMetrics::default();
     let cancel = CancellationToken::new();
