@@ -30,6 +30,7 @@ pub mod directory;
 pub mod discovery;
 pub mod files;
 pub mod http;
+pub mod hwtest;
 pub mod ignition;
 pub mod ra;
 pub mod store;
