@@ -62,9 +62,15 @@ pub struct HwTestArgs {
 pub async fn run_cmd(args: HwTestArgs) -> anyhow::Result<()> {
     let password = std::fs::read_to_string(&args.password_file)
         .with_context(|| format!("reading password file {}", args.password_file.display()))?;
-    let credentials = Credentials::new(args.username.clone(), password.trim_end_matches(['\r', '\n']));
+    let credentials = Credentials::new(
+        args.username.clone(),
+        password.trim_end_matches(['\r', '\n']),
+    );
     let ca_pem = match &args.ca_file {
-        Some(p) => Some(std::fs::read_to_string(p).with_context(|| format!("reading CA bundle {}", p.display()))?),
+        Some(p) => Some(
+            std::fs::read_to_string(p)
+                .with_context(|| format!("reading CA bundle {}", p.display()))?,
+        ),
         None => None,
     };
     let tls = if args.insecure {
@@ -90,7 +96,9 @@ pub async fn run_cmd(args: HwTestArgs) -> anyhow::Result<()> {
         settle_window: Duration::from_secs(args.settle_window),
     };
     if !opts.allow_power_actions {
-        eprintln!("hw-test: read-only run (no power actions, no boot override); --allow-power-actions for the full qualification");
+        eprintln!(
+            "hw-test: read-only run (no power actions, no boot override); --allow-power-actions for the full qualification"
+        );
     }
     let progress = |line: &str| eprintln!("hw-test: {line}");
     let report = run(&opts, &progress).await;

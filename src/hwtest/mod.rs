@@ -49,7 +49,12 @@ pub(crate) fn secs(d: Duration) -> Option<f64> {
     Some((d.as_secs_f64() * 10.0).round() / 10.0)
 }
 
-pub(crate) fn check(name: &str, status: Status, seconds: Option<f64>, detail: impl Into<String>) -> Check {
+pub(crate) fn check(
+    name: &str,
+    status: Status,
+    seconds: Option<f64>,
+    detail: impl Into<String>,
+) -> Check {
     Check {
         name: name.to_string(),
         status,
@@ -59,7 +64,11 @@ pub(crate) fn check(name: &str, status: Status, seconds: Option<f64>, detail: im
 }
 
 /// The entry in effect that sets a quirk field, for "already covered".
-pub(crate) fn covering(table: &QuirkTable, q: &Quirks, field: impl Fn(&QuirkSet) -> bool) -> Option<String> {
+pub(crate) fn covering(
+    table: &QuirkTable,
+    q: &Quirks,
+    field: impl Fn(&QuirkSet) -> bool,
+) -> Option<String> {
     table
         .entries()
         .iter()
@@ -110,17 +119,32 @@ async fn run_ipmi(
         match IpmiBmc::connect(host, port, opts.credentials.clone(), suite, opts.timing).await {
             Ok(b) => {
                 let _ = b.close().await;
-                report.push(check(&name, Status::Pass, secs(start.elapsed()), "session opened and closed"));
+                report.push(check(
+                    &name,
+                    Status::Pass,
+                    secs(start.elapsed()),
+                    "session opened and closed",
+                ));
                 working = Some(suite);
             }
             Err(BmcError::Unsupported { what, .. }) => {
-                report.push(check(&name, Status::NotSupported, None, format!("refused: {what}")));
+                report.push(check(
+                    &name,
+                    Status::NotSupported,
+                    None,
+                    format!("refused: {what}"),
+                ));
             }
             Err(e) => report.push(check(&name, Status::Fail, None, e.to_string())),
         }
     }
     let Some(suite) = working else {
-        report.push(check("inventory", Status::Skipped, None, "no cipher suite logged in"));
+        report.push(check(
+            "inventory",
+            Status::Skipped,
+            None,
+            "no cipher suite logged in",
+        ));
         return QuirkSet::default();
     };
     if let Some(cap) = opts.session_limit_probe {
@@ -142,12 +166,20 @@ async fn run_ipmi(
         }
         let detail = match refused {
             Some((n, e)) => format!("session {n} refused ({e}); {opened} probe sessions closed"),
-            None => format!("all {cap} sessions accepted (the cap); {opened} probe sessions closed"),
+            None => {
+                format!("all {cap} sessions accepted (the cap); {opened} probe sessions closed")
+            }
         };
         report.push(check("session-limit", Status::Pass, None, detail));
     }
-    let bmc = IpmiBmc::new(host, port, opts.credentials.clone(), Some(suite), opts.timing)
-        .with_quirks(opts.quirks.clone());
+    let bmc = IpmiBmc::new(
+        host,
+        port,
+        opts.credentials.clone(),
+        Some(suite),
+        opts.timing,
+    )
+    .with_quirks(opts.quirks.clone());
     let set = power::common(opts, &bmc, &IpmiOverride(&bmc), report, progress).await;
     let _ = bmc.close().await;
     set

@@ -6,12 +6,12 @@
 use std::time::{Duration, Instant};
 
 use super::report::{Finding, Report, Status};
-use super::{OverrideReader, Options, Progress, check, covering, secs};
+use super::{Options, OverrideReader, Progress, check, covering, secs};
 use crate::bmc::quirks::{QuirkSet, Quirks};
 use crate::bmc::{Bmc, BootDevice, FirmwareMode, PowerAction, PowerState};
 
 /// How the state looked while watched after an action was reported done.
-#[derive(Debug, PartialEq, Eq)]
+#[derive(Debug, PartialEq)]
 pub struct Watch {
     /// Seconds after "done" when another state was first read.
     pub left_at: Option<f64>,
@@ -30,7 +30,9 @@ async fn watch(bmc: &dyn Bmc, wanted: PowerState, window: Duration, poll: Durati
     };
     while start.elapsed() < window {
         tokio::time::sleep(poll).await;
-        let Ok(st) = bmc.power_state().await else { continue };
+        let Ok(st) = bmc.power_state().await else {
+            continue;
+        };
         let t = start.elapsed().as_secs_f64();
         if st != wanted {
             if w.left_at.is_none() {
@@ -87,8 +89,19 @@ pub async fn common(
     };
     report.quirks_in_effect = quirks.applied.clone();
     if !opts.allow_power_actions {
-        for name in ["boot-override", "power-off", "power-on", "override-after-boot", "power-cycle"] {
-            report.push(check(name, Status::Skipped, None, "changes power or the next boot: needs --allow-power-actions"));
+        for name in [
+            "boot-override",
+            "power-off",
+            "power-on",
+            "override-after-boot",
+            "power-cycle",
+        ] {
+            report.push(check(
+                name,
+                Status::Skipped,
+                None,
+                "changes power or the next boot: needs --allow-power-actions",
+            ));
         }
         return set;
     }
@@ -98,7 +111,9 @@ pub async fn common(
     // One-time network boot, read back.
     progress("boot-override: one-time PXE (UEFI), read back");
     let start = Instant::now();
-    let r = bmc.set_boot_once(BootDevice::Network, FirmwareMode::Uefi).await;
+    let r = bmc
+        .set_boot_once(BootDevice::Network, FirmwareMode::Uefi)
+        .await;
     let took = secs(start.elapsed());
     let view = reader.read().await;
     match (&r, &view) {
@@ -106,15 +121,33 @@ pub async fn common(
             let covered = covering(table, &quirks, |s| s.once_kept_as_continuous == Some(true));
             report.findings.push(Finding {
                 quirk: "onceKeptAsContinuous".into(),
-                evidence: format!("asked for a one-time PXE boot, read back {} (persistent)", v.text),
+                evidence: format!(
+                    "asked for a one-time PXE boot, read back {} (persistent)",
+                    v.text
+                ),
                 covered_by: covered.clone(),
             });
             set.once_kept_as_continuous = Some(true);
-            report.push(check("boot-override", Status::Quirk, took, format!("read back {}: kept as Continuous", v.text)));
+            report.push(check(
+                "boot-override",
+                Status::Quirk,
+                took,
+                format!("read back {}: kept as Continuous", v.text),
+            ));
         }
-        (Ok(()), Ok(v)) => report.push(check("boot-override", Status::Pass, took, format!("read back {}", v.text))),
+        (Ok(()), Ok(v)) => report.push(check(
+            "boot-override",
+            Status::Pass,
+            took,
+            format!("read back {}", v.text),
+        )),
         (Err(e), _) => report.push(check("boot-override", Status::Fail, took, e.to_string())),
-        (Ok(()), Err(e)) => report.push(check("boot-override", Status::Fail, took, format!("read back failed: {e}"))),
+        (Ok(()), Err(e)) => report.push(check(
+            "boot-override",
+            Status::Fail,
+            took,
+            format!("read back failed: {e}"),
+        )),
     }
 
     let mut settle_needed: Option<u32> = None;
@@ -130,21 +163,35 @@ pub async fn common(
             // override is gone now.
             match reader.read().await {
                 Ok(v) if v.network && v.active => {
-                    let covered = covering(table, &quirks, |s| s.once_kept_as_continuous == Some(true));
+                    let covered =
+                        covering(table, &quirks, |s| s.once_kept_as_continuous == Some(true));
                     report.findings.push(Finding {
                         quirk: "onceKeptAsContinuous".into(),
                         evidence: format!("the one-time PXE override still reads {} after the server booted: it would PXE-boot again", v.text),
                         covered_by: covered,
                     });
                     set.once_kept_as_continuous = Some(true);
-                    report.push(check(name, Status::Quirk, None, format!("still {} after a boot: not one-time", v.text)));
+                    report.push(check(
+                        name,
+                        Status::Quirk,
+                        None,
+                        format!("still {} after a boot: not one-time", v.text),
+                    ));
                 }
-                Ok(v) => report.push(check(name, Status::Pass, None, format!("cleared by the boot ({})", v.text))),
+                Ok(v) => report.push(check(
+                    name,
+                    Status::Pass,
+                    None,
+                    format!("cleared by the boot ({})", v.text),
+                )),
                 Err(e) => report.push(check(name, Status::Fail, None, e.to_string())),
             }
             continue;
         }
-        progress(&format!("{name}: {action:?}, then watching the state for {:?}", opts.settle_window));
+        progress(&format!(
+            "{name}: {action:?}, then watching the state for {:?}",
+            opts.settle_window
+        ));
         let start = Instant::now();
         let r = bmc.power(action).await;
         let took = start.elapsed();

@@ -9,11 +9,11 @@ use reqwest::StatusCode;
 use serde_json::Value;
 
 use super::report::{Report, Status};
-use super::{OverrideReader, OverrideView, Options, Progress, check, secs};
+use super::{Options, OverrideReader, OverrideView, Progress, check, secs};
+use crate::bmc::BmcError;
 use crate::bmc::quirks::{QuirkSet, Quirks};
 use crate::bmc::redfish::RedfishBmc;
 use crate::bmc::redfish::client::http_client;
-use crate::bmc::BmcError;
 
 pub async fn run(
     opts: &Options,
@@ -26,15 +26,29 @@ pub async fn run(
         progress("tls: reading the certificate chain");
         let host = base.host_str().unwrap_or_default().to_string();
         let port = base.port_or_known_default().unwrap_or(443);
-        match super::tls::inspect(&host, port, opts.ca_pem.as_deref(), opts.timing.request_timeout).await {
+        match super::tls::inspect(
+            &host,
+            port,
+            opts.ca_pem.as_deref(),
+            opts.timing.request_timeout,
+        )
+        .await
+        {
             Ok(t) => {
-                let status = if t.verified { Status::Pass } else { Status::Fail };
+                let status = if t.verified {
+                    Status::Pass
+                } else {
+                    Status::Fail
+                };
                 let detail = format!(
                     "names {:?}, chain of {}{}{}",
                     t.names,
                     t.chain_length,
                     if t.self_signed { ", self-signed" } else { "" },
-                    t.verify_error.as_ref().map(|e| format!(", not trusted: {e}")).unwrap_or_default()
+                    t.verify_error
+                        .as_ref()
+                        .map(|e| format!(", not trusted: {e}"))
+                        .unwrap_or_default()
                 );
                 report.push(check("tls", status, None, detail));
                 report.tls = Some(t);
@@ -42,7 +56,12 @@ pub async fn run(
             Err(e) => report.push(check("tls", Status::Fail, None, e)),
         }
     } else {
-        report.push(check("tls", Status::Skipped, None, "plain http: nothing to verify (use https on real BMCs)"));
+        report.push(check(
+            "tls",
+            Status::Skipped,
+            None,
+            "plain http: nothing to verify (use https on real BMCs)",
+        ));
     }
     let http = match http_client(&opts.tls, &opts.timing) {
         Ok(c) => c,
@@ -59,19 +78,42 @@ pub async fn run(
     progress("login-basic: GET /redfish/v1/Systems with Basic auth");
     let start = Instant::now();
     let basic = match url("/redfish/v1/Systems") {
-        Ok(u) => http.get(u).basic_auth(&user, Some(&pass)).send().await.map(|r| r.status()),
+        Ok(u) => http
+            .get(u)
+            .basic_auth(&user, Some(&pass))
+            .send()
+            .await
+            .map(|r| r.status()),
         Err(e) => {
             report.push(check("login-basic", Status::Fail, None, e));
             return QuirkSet::default();
         }
     };
     match basic {
-        Ok(s) if s.is_success() => report.push(check("login-basic", Status::Pass, secs(start.elapsed()), "Basic auth accepted")),
-        Ok(s) if s == StatusCode::UNAUTHORIZED || s == StatusCode::FORBIDDEN => {
-            report.push(check("login-basic", Status::Fail, None, format!("HTTP {s}: bad credentials or Basic auth refused")))
-        }
-        Ok(s) => report.push(check("login-basic", Status::Fail, None, format!("HTTP {s}"))),
-        Err(e) => report.push(check("login-basic", Status::Fail, None, format!("unreachable: {e}"))),
+        Ok(s) if s.is_success() => report.push(check(
+            "login-basic",
+            Status::Pass,
+            secs(start.elapsed()),
+            "Basic auth accepted",
+        )),
+        Ok(s) if s == StatusCode::UNAUTHORIZED || s == StatusCode::FORBIDDEN => report.push(check(
+            "login-basic",
+            Status::Fail,
+            None,
+            format!("HTTP {s}: bad credentials or Basic auth refused"),
+        )),
+        Ok(s) => report.push(check(
+            "login-basic",
+            Status::Fail,
+            None,
+            format!("HTTP {s}"),
+        )),
+        Err(e) => report.push(check(
+            "login-basic",
+            Status::Fail,
+            None,
+            format!("unreachable: {e}"),
+        )),
     }
 
     // SessionService.
@@ -87,19 +129,36 @@ pub async fn run(
                 .await
                 .map_err(|e| e.to_string())?;
             let status = r.status();
-            let token = r.headers().get("x-auth-token").and_then(|v| v.to_str().ok()).map(str::to_string);
-            let loc = r.headers().get("location").and_then(|v| v.to_str().ok()).map(str::to_string);
+            let token = r
+                .headers()
+                .get("x-auth-token")
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_string);
+            let loc = r
+                .headers()
+                .get("location")
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_string);
             Ok::<_, String>((status, token, loc))
         }
     };
     let close = |http: reqwest::Client, base: url::Url, token: String, loc: Option<String>| async move {
         let Some(loc) = loc else { return false };
         let Ok(u) = base.join(&loc) else { return false };
-        http.delete(u).header("X-Auth-Token", token).send().await.is_ok_and(|r| r.status().is_success() || r.status() == StatusCode::NOT_FOUND)
+        http.delete(u)
+            .header("X-Auth-Token", token)
+            .send()
+            .await
+            .is_ok_and(|r| r.status().is_success() || r.status() == StatusCode::NOT_FOUND)
     };
     let mut sessions_ok = false;
     match &sessions {
-        None => report.push(check("login-session", Status::NotSupported, None, "the service root links no SessionService (Basic auth only)")),
+        None => report.push(check(
+            "login-session",
+            Status::NotSupported,
+            None,
+            "the service root links no SessionService (Basic auth only)",
+        )),
         Some(path) => match url(path) {
             Err(e) => report.push(check("login-session", Status::Fail, None, e)),
             Ok(u) => {
@@ -113,13 +172,29 @@ pub async fn run(
                             "login-session",
                             if closed { Status::Pass } else { Status::Fail },
                             took,
-                            if closed { "session opened and deleted" } else { "session opened but could not be deleted" },
+                            if closed {
+                                "session opened and deleted"
+                            } else {
+                                "session opened but could not be deleted"
+                            },
                         ));
                     }
-                    Ok((s, _, _)) if s == StatusCode::UNAUTHORIZED || s == StatusCode::FORBIDDEN => {
-                        report.push(check("login-session", Status::Fail, None, format!("HTTP {s}: credentials refused")))
+                    Ok((s, _, _))
+                        if s == StatusCode::UNAUTHORIZED || s == StatusCode::FORBIDDEN =>
+                    {
+                        report.push(check(
+                            "login-session",
+                            Status::Fail,
+                            None,
+                            format!("HTTP {s}: credentials refused"),
+                        ))
                     }
-                    Ok((s, _, _)) => report.push(check("login-session", Status::NotSupported, None, format!("HTTP {s}, no token: Basic auth only"))),
+                    Ok((s, _, _)) => report.push(check(
+                        "login-session",
+                        Status::NotSupported,
+                        None,
+                        format!("HTTP {s}, no token: Basic auth only"),
+                    )),
                     Err(e) => report.push(check("login-session", Status::Fail, None, e)),
                 }
             }
@@ -127,7 +202,12 @@ pub async fn run(
     }
     if let Some(cap) = opts.session_limit_probe {
         if !sessions_ok {
-            report.push(check("session-limit", Status::NotSupported, None, "no sessions to count"));
+            report.push(check(
+                "session-limit",
+                Status::NotSupported,
+                None,
+                "no sessions to count",
+            ));
         } else if let Some(Ok(u)) = sessions.as_deref().map(url) {
             progress(&format!("session-limit: opening up to {cap} sessions"));
             let mut held = Vec::new();
@@ -152,16 +232,30 @@ pub async fn run(
                     closed += 1;
                 }
             }
-            let status = if closed == opened { Status::Pass } else { Status::Fail };
+            let status = if closed == opened {
+                Status::Pass
+            } else {
+                Status::Fail
+            };
             let detail = match refused {
-                Some(r) => format!("{r}; limit {opened}; {closed} of {opened} probe sessions deleted"),
-                None => format!("all {cap} accepted (the cap); {closed} of {opened} probe sessions deleted"),
+                Some(r) => {
+                    format!("{r}; limit {opened}; {closed} of {opened} probe sessions deleted")
+                }
+                None => format!(
+                    "all {cap} accepted (the cap); {closed} of {opened} probe sessions deleted"
+                ),
             };
             report.push(check("session-limit", status, None, detail));
         }
     }
 
-    let bmc = match RedfishBmc::new(base.clone(), system_path, opts.credentials.clone(), &opts.tls, opts.timing) {
+    let bmc = match RedfishBmc::new(
+        base.clone(),
+        system_path,
+        opts.credentials.clone(),
+        &opts.tls,
+        opts.timing,
+    ) {
         Ok(b) => b.with_quirks(opts.quirks.clone()),
         Err(e) => {
             report.push(check("inventory", Status::Fail, None, e.to_string()));

@@ -153,10 +153,22 @@ impl Report {
                 self.quirks_in_effect.join(", ")
             }
         ));
-        let w = self.checks.iter().map(|c| c.name.len()).max().unwrap_or(5).max(5);
-        out.push_str(&format!("{:<w$}  {:<13}  {:>7}  DETAIL\n", "CHECK", "RESULT", "SECONDS"));
+        let w = self
+            .checks
+            .iter()
+            .map(|c| c.name.len())
+            .max()
+            .unwrap_or(5)
+            .max(5);
+        out.push_str(&format!(
+            "{:<w$}  {:<13}  {:>7}  DETAIL\n",
+            "CHECK", "RESULT", "SECONDS"
+        ));
         for c in &self.checks {
-            let secs = c.seconds.map(|s| format!("{s:.1}")).unwrap_or_else(|| "-".into());
+            let secs = c
+                .seconds
+                .map(|s| format!("{s:.1}"))
+                .unwrap_or_else(|| "-".into());
             out.push_str(&format!(
                 "{:<w$}  {:<13}  {:>7}  {}\n",
                 c.name,
@@ -203,7 +215,13 @@ fn proposal_name(parts: &[Option<&str>]) -> String {
         .map(|p| {
             p.to_ascii_lowercase()
                 .chars()
-                .map(|c| if c.is_ascii_alphanumeric() || c == '.' { c } else { '-' })
+                .map(|c| {
+                    if c.is_ascii_alphanumeric() || c == '.' {
+                        c
+                    } else {
+                        '-'
+                    }
+                })
                 .collect::<String>()
         })
         .collect();

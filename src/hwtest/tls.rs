@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use base64::Engine;
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
+use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
 use rustls::{DigitallySignedStruct, SignatureScheme};
 use serde::Serialize;
@@ -117,7 +118,8 @@ pub async fn inspect(
         .dangerous()
         .with_custom_certificate_verifier(recorder.clone())
         .with_no_client_auth();
-    let name = ServerName::try_from(host.to_string()).map_err(|e| format!("server name {host:?}: {e}"))?;
+    let name =
+        ServerName::try_from(host.to_string()).map_err(|e| format!("server name {host:?}: {e}"))?;
     let tcp = tokio::time::timeout(timeout, tokio::net::TcpStream::connect((host, port)))
         .await
         .map_err(|_| format!("connect to {host}:{port} timed out"))?
@@ -139,7 +141,7 @@ pub async fn inspect(
     let mut roots = rustls::RootCertStore::empty();
     match ca_pem {
         Some(p) => {
-            for c in rustls_pemfile::certs(&mut p.as_bytes()).flatten() {
+            for c in CertificateDer::pem_slice_iter(p.as_bytes()).flatten() {
                 let _ = roots.add(c);
             }
         }
@@ -181,7 +183,10 @@ pub async fn inspect(
         }
     };
     let top_sha256 = hex::encode(sha2::Sha256::digest(top));
-    let name_problem = result.as_ref().err().is_some_and(|e| e.contains("NotValidForName"));
+    let name_problem = result
+        .as_ref()
+        .err()
+        .is_some_and(|e| e.contains("NotValidForName"));
     let advice = match (&result, ca_pem.is_some()) {
         (Ok(()), false) => "verified with the system's roots: leave caBundle unset and insecureSkipVerify false".to_string(),
         (Ok(()), true) => "verified with the given CA file: put its PEM in spec.bmc.caBundle; keep insecureSkipVerify false".to_string(),
