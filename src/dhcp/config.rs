@@ -152,6 +152,22 @@ pub mod arch {
     pub const HTTP_X86: u16 = 15;
     pub const HTTP_X86_64: u16 = 16;
     pub const HTTP_ARM64: u16 = 19;
+
+    /// The architecture's name (RFC 4578 and IANA's processor
+    /// architecture types), for messages.
+    pub fn name(arch: u16) -> &'static str {
+        match arch {
+            X86_BIOS => "x86 BIOS",
+            EFI_IA32 => "32-bit x86 UEFI",
+            EFI_BC | EFI_X86_64 => "x86-64 UEFI",
+            EFI_ARM64 => "arm64 UEFI",
+            HTTP_X86 => "32-bit x86 UEFI HTTP",
+            HTTP_X86_64 => "x86-64 UEFI HTTP",
+            HTTP_ARM64 => "arm64 UEFI HTTP",
+            10 => "32-bit ARM UEFI",
+            _ => "other",
+        }
+    }
 }
 
 /// The boot-file table used when the config names none for an

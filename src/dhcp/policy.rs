@@ -71,6 +71,17 @@ pub struct Notice {
     pub boot_id: Option<String>,
 }
 
+/// Something wrong about a known Machine's boot that its owner must fix
+/// (a Warning event on the Machine).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Warning {
+    pub namespace: String,
+    pub name: String,
+    /// CamelCase event reason.
+    pub reason: &'static str,
+    pub message: String,
+}
+
 /// An unknown client seen on the wire (for DiscoveredMachine objects).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Discovered {
@@ -89,6 +100,7 @@ pub struct Outcome {
     pub notice: Option<Notice>,
     pub discovered: Option<Discovered>,
     pub dropped: Option<DropReason>,
+    pub warning: Option<Warning>,
 }
 
 /// The configuration the policy runs with.
@@ -166,6 +178,12 @@ impl Policy {
             ..Outcome::default()
         });
         out.request_type = Some(req.msg_type);
+        if let Some(m) = &ctx.machine
+            && matches!(req.msg_type, MessageType::Discover | MessageType::Request)
+            && options::boot_info(&req, &self.cfg, self.server_ip) == Err(DropReason::NoBootFile)
+        {
+            out.warning = Some(no_boot_file(m, &req));
+        }
         if out.discovered.is_none()
             && ctx.machine.is_none()
             && self.cfg.discovery
@@ -175,6 +193,25 @@ impl Policy {
             out.discovered = Some(discovered(&req, None));
         }
         out
+    }
+}
+
+/// A known Machine's firmware asked for a boot file this server has none
+/// for: its architecture is not in `dhcp.bootFiles` (the built-in table
+/// holds only x86 binaries, never a wrong one).
+fn no_boot_file(m: &MachineEntry, req: &Request) -> Warning {
+    let arch = match req.arch() {
+        Some(a) => format!("{a} ({})", super::config::arch::name(a)),
+        None => "unknown".to_string(),
+    };
+    Warning {
+        namespace: m.namespace.clone(),
+        name: m.name.clone(),
+        reason: "NoBootFile",
+        message: format!(
+            "firmware of client architecture {arch} asked to network-boot and got no boot file: \
+             there is none for that architecture; add a binary built for it under dhcp.bootFiles"
+        ),
     }
 }
 
