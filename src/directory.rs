@@ -260,9 +260,12 @@ pub struct BootRecorder {
     tx: mpsc::Sender<(String, String, BootEvent)>,
     warn_tx: mpsc::Sender<Warn>,
     /// When each (namespace, name, reason) was last warned about.
-    warned: Arc<std::sync::Mutex<HashMap<(String, String, &'static str), tokio::time::Instant>>>,
+    warned: Arc<std::sync::Mutex<HashMap<WarnKey, tokio::time::Instant>>>,
     dropped: Arc<std::sync::atomic::AtomicU64>,
 }
+
+/// (namespace, name, reason) of a warning.
+type WarnKey = (String, String, &'static str);
 
 /// A Warning event to record about a Machine.
 struct Warn {
