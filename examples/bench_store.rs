@@ -137,7 +137,7 @@ async fn bench_store(n: usize, dir: &str) {
 }
 
 async fn bench_api(n: usize, url: &str, token: &str, pid: &str, peer: Option<&str>) {
-    let c = ApiClient::new(url, Some(token.to_string()), "/nonexistent".into()).unwrap();
+    let c = ApiClient::new(url, Some(token.to_string()), "/nonexistent".into(), true).unwrap();
     println!("\n### REST API of `metalherd serve` (loopback HTTP/1.1, one client)\n");
     println!("RSS of the server at start: {} MiB\n", rss_kib(pid) / 1024);
     println!(

@@ -1,5 +1,5 @@
 //! The data directory's layout: the names of the files `serve` keeps there
-//! (store, API token, server URL) and the helpers that create them. Shared
+//! (store, API token, server URL, TLS certificates) and the helpers that create them. Shared
 //! by `serve` (which writes them) and the CLI (which reads them), so neither
 //! imports the other.
 
@@ -14,6 +14,14 @@ pub const STORE_FILE: &str = "metalherd.redb";
 pub const TOKEN_FILE: &str = "api-token";
 /// File holding the URL the API server listens on, for the CLI.
 pub const SERVER_URL_FILE: &str = "server-url";
+/// The CA certificate clients trust (PEM), created on first start.
+pub const CA_CERT_FILE: &str = "ca.crt";
+/// The CA's private key (PEM).
+pub const CA_KEY_FILE: &str = "ca.key";
+/// The API server's certificate, signed by the CA (PEM).
+pub const SERVER_CERT_FILE: &str = "server.crt";
+/// The API server certificate's private key (PEM).
+pub const SERVER_KEY_FILE: &str = "server.key";
 
 /// Create the data directory and prove it is writable, with one clear line
 /// when it is not.
@@ -59,15 +67,17 @@ pub fn load_or_create_token(dir: &Path) -> anyhow::Result<String> {
     Ok(token)
 }
 
-/// Write the URL clients use to reach us (loopback for wildcard binds).
-pub fn write_server_url(dir: &Path, bound: SocketAddr) -> anyhow::Result<()> {
+/// Write the URL clients use to reach us (loopback for wildcard binds;
+/// `https` unless the API is served over plain HTTP).
+pub fn write_server_url(dir: &Path, bound: SocketAddr, tls: bool) -> anyhow::Result<()> {
     let host = match bound.ip() {
         std::net::IpAddr::V4(ip) if ip.is_unspecified() => "127.0.0.1".to_string(),
         std::net::IpAddr::V6(ip) if ip.is_unspecified() => "[::1]".to_string(),
         std::net::IpAddr::V4(ip) => ip.to_string(),
         std::net::IpAddr::V6(ip) => format!("[{ip}]"),
     };
-    let url = format!("http://{host}:{}\n", bound.port());
+    let scheme = if tls { "https" } else { "http" };
+    let url = format!("{scheme}://{host}:{}\n", bound.port());
     let path: PathBuf = dir.join(SERVER_URL_FILE);
     std::fs::write(&path, url).with_context(|| format!("cannot write {}", path.display()))
 }

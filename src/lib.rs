@@ -36,3 +36,4 @@ pub mod ra;
 pub mod store;
 pub mod telemetry;
 pub mod tftp;
+pub mod tls;

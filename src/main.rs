@@ -36,6 +36,10 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             print!("{}", crds_yaml()?);
             Ok(())
         }
+        Command::Kubeconfig => {
+            print!("{}", metalherd::cli::kubeconfig::render(g)?);
+            Ok(())
+        }
         Command::Version => {
             println!("metalherd {}", env!("CARGO_PKG_VERSION"));
             Ok(())

@@ -181,7 +181,7 @@ fn crud_with_kubernetes_codes() {
 
     // Metrics count what happened, under the metalherd_ prefix.
     let out = s
-        .command("curl")
+        .curl()
         .args(["-s", "-H", &format!("Authorization: Bearer {}", s.token)])
         .arg(format!("{}/metrics", s.url))
         .output()
@@ -227,7 +227,7 @@ fn start_watch(s: &Server, query: &str, file: &str) -> (ChildGuard, std::path::P
     let out = s.dir.path().join(file);
     let guard = ChildGuard::spawn(
         "curl watch",
-        s.command("curl")
+        s.curl()
             .args(["-s", "-N", "--max-time", "60", "-H"])
             .arg(format!("Authorization: Bearer {}", s.token))
             .arg(format!("{}{SECRETS}?watch=true{timeout}{query}", s.url)),

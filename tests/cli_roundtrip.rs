@@ -286,7 +286,7 @@ fn serve_fails_fast_on_a_used_port_and_stops_cleanly_on_sigterm() {
     // SIGTERM: a clean exit, even with a watch open.
     let _watch = ChildGuard::spawn(
         "curl watch",
-        s.command("curl")
+        s.curl()
             .args(["-s", "-N", "--max-time", "60", "-H"])
             .arg(format!("Authorization: Bearer {}", s.token))
             .arg(format!("{}/api/v1/secrets?watch=true", s.url)),
@@ -307,10 +307,10 @@ fn serve_fails_fast_on_a_used_port_and_stops_cleanly_on_sigterm() {
     );
     let code = wait_for(Duration::from_secs(30), || {
         let out = s
-            .command("curl")
+            .curl()
             .args(["-s", "-o", "/dev/null", "-w", "%{http_code}", "-H"])
             .arg(format!("Authorization: Bearer {}", s.token))
-            .arg(format!("http://{addr}/api/v1/secrets"))
+            .arg(format!("https://{addr}/api/v1/secrets"))
             .output()
             .ok()?;
         (out.stdout == b"200").then_some(())

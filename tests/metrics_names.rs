@@ -4,13 +4,13 @@
 
 mod common;
 
-use std::process::Command;
 use std::time::Duration;
 
 use serde_json::json;
 
 fn metrics(s: &common::server::Server) -> String {
-    let out = Command::new("curl")
+    let out = s
+        .curl()
         .args(["-sf", "-H", &format!("Authorization: Bearer {}", s.token)])
         .arg(format!("{}/metrics", s.url))
         .output()

@@ -1,6 +1,8 @@
-//! The API server's router: the REST API and metrics behind the bearer
-//! token, health and the web page without it.
+//! The API server's router (the REST API and metrics behind the bearer
+//! token, health and the web page without it) and its TLS configuration.
 
+use std::net::SocketAddr;
+use std::path::Path;
 use std::sync::Arc;
 
 use tokio_util::sync::CancellationToken;
@@ -31,4 +33,33 @@ pub(super) fn router(
         token,
         metrics,
     )
+}
+
+/// The API listener's TLS configuration: `None` (plain HTTP) only with
+/// `--insecure-http` on a loopback address; else the user's own pair
+/// (`--tls-cert/--tls-key`) or the data directory's CA and a server
+/// certificate signed for the names clients use.
+pub(super) fn tls_config(
+    insecure_http: bool,
+    bound: SocketAddr,
+    data_dir: &Path,
+    args: &crate::cli::serve::ServeArgs,
+) -> anyhow::Result<Option<rustls::ServerConfig>> {
+    if insecure_http {
+        if !bound.ip().is_loopback() {
+            anyhow::bail!(
+                "--insecure-http serves the API (and its token) in clear text: only on a loopback address, not {bound}"
+            );
+        }
+        tracing::warn!("--insecure-http: the API is served over plain HTTP");
+        return Ok(None);
+    }
+    let identity = match (&args.tls_cert, &args.tls_key) {
+        (Some(cert), Some(key)) => crate::tls::load_user(cert, key)?,
+        _ => crate::tls::ensure_generated(
+            data_dir,
+            &crate::tls::server_names(bound.ip(), &args.advertise_address),
+        )?,
+    };
+    Ok(Some(crate::tls::server_config(&identity)?))
 }

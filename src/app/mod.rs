@@ -3,7 +3,8 @@
 //! API server ([`api`]) under one cancellation token; fails fast on binds.
 //!
 //! Start-up order: data directory (writable?), store, API token, listener
-//! (port free?), then services. Any of these failing is one clear line and
+//! (port free?), TLS identity (the data directory's CA and a fresh server
+//! certificate, or `--tls-cert/--tls-key`), then services. Any of these failing is one clear line and
 //! a non-zero exit, before anything runs. SIGTERM or SIGINT cancel the
 //! token; the API stops accepting, open watches end, services drain.
 
@@ -55,7 +56,8 @@ pub async fn serve(global: &crate::cli::GlobalArgs, args: ServeArgs) -> anyhow::
         }
     })?;
     let bound = listener.local_addr().context("listener address")?;
-    crate::datadir::write_server_url(&data_dir, bound)?;
+    let tls = api::tls_config(global.insecure_http, bound, &data_dir, &args)?;
+    crate::datadir::write_server_url(&data_dir, bound, tls.is_some())?;
 
     let cancel = CancellationToken::new();
     let registry = MetricsRegistry::new();
@@ -83,10 +85,15 @@ pub async fn serve(global: &crate::cli::GlobalArgs, args: ServeArgs) -> anyhow::
         "metalherd serving (token in {})",
         data_dir.join(TOKEN_FILE).display()
     );
-    let shutdown = cancel.clone();
-    let served = axum::serve(crate::http::no_delay(listener), app)
-        .with_graceful_shutdown(async move { shutdown.cancelled().await })
-        .await;
+    let served = match tls {
+        Some(config) => crate::tls::serve(listener, config, app, cancel.clone(), DRAIN).await,
+        None => {
+            let shutdown = cancel.clone();
+            axum::serve(crate::http::no_delay(listener), app)
+                .with_graceful_shutdown(async move { shutdown.cancelled().await })
+                .await
+        }
+    };
     // Whatever ended the server ends everything else too.
     cancel.cancel();
     let drained =

@@ -5,8 +5,11 @@
 //!
 //! Discovery: the URL comes from `--server` / `METALHERD_SERVER`, else the
 //! data directory's `server-url` file (written by `metalherd serve`), else
-//! `http://127.0.0.1:7080`; the token from `METALHERD_TOKEN`, else the data
-//! directory's `api-token` file.
+//! `https://127.0.0.1:7080`; the token from `METALHERD_TOKEN`, else the data
+//! directory's `api-token` file. HTTPS servers are verified against the data
+//! directory's CA (`ca.crt`, written by `metalherd serve`) when it exists,
+//! else against the system's roots. The token never goes over plain HTTP
+//! unless `--insecure-http` says so.
 
 use std::path::PathBuf;
 use std::pin::Pin;
@@ -20,7 +23,7 @@ use crate::api::{FieldError, Kind};
 use crate::http::api::group_prefix;
 
 /// Where the server is when nothing says otherwise.
-pub const DEFAULT_SERVER: &str = "http://127.0.0.1:7080";
+pub const DEFAULT_SERVER: &str = "https://127.0.0.1:7080";
 
 /// A `Status` the server answered with.
 #[derive(Clone, Debug, PartialEq)]
@@ -51,8 +54,14 @@ pub enum ClientError {
     Unauthorized { url: String, token_file: PathBuf },
     #[error("Error from server ({}): {}", .0.reason, .0.message)]
     Api(ApiStatus),
-    #[error("invalid server URL {0:?} (expected http://host:port)")]
+    #[error("invalid server URL {0:?} (expected https://host:port)")]
     BadUrl(String),
+    #[error(
+        "the server URL {0} is plain HTTP: the API token is only sent over HTTPS. Use https://, or --insecure-http for a server started with --insecure-http"
+    )]
+    PlainHttp(String),
+    #[error("cannot use the CA certificate {}: {detail}", path.display())]
+    BadCa { path: PathBuf, detail: String },
     #[error("request to {url} failed: {detail}")]
     Http { url: String, detail: String },
     #[error("unexpected answer from {url}: {detail}")]
@@ -109,35 +118,48 @@ impl ApiClient {
             .ok()
             .filter(|t| !t.is_empty())
             .or_else(|| from_file(crate::datadir::TOKEN_FILE));
-        ApiClient::new(&base, token, g.data_dir.clone())
+        ApiClient::new(&base, token, g.data_dir.clone(), g.insecure_http)
     }
 
-    /// A client of `base` (`http://host:port`) with an optional token;
-    /// `data_dir` only appears in advice printed with errors.
+    /// A client of `base` (`https://host:port`) with an optional token. An
+    /// HTTPS server is verified against `data_dir`'s CA when there is one;
+    /// a token goes over plain HTTP only when `insecure_http`.
     pub fn new(
         base: &str,
         token: Option<String>,
         data_dir: PathBuf,
+        insecure_http: bool,
     ) -> Result<ApiClient, ClientError> {
         let u = url::Url::parse(base).map_err(|_| ClientError::BadUrl(base.to_string()))?;
         if !matches!(u.scheme(), "http" | "https") || u.host_str().is_none() {
             return Err(ClientError::BadUrl(base.to_string()));
         }
+        if u.scheme() == "http" && token.is_some() && !insecure_http {
+            return Err(ClientError::PlainHttp(base.to_string()));
+        }
         // reqwest is built without a default TLS provider: install ring once.
         let _ = rustls::crypto::ring::default_provider().install_default();
-        let http = reqwest::Client::builder()
-            .connect_timeout(std::time::Duration::from_secs(5))
-            .build()
-            .map_err(|e| ClientError::Http {
-                url: base.to_string(),
-                detail: e.to_string(),
-            })?;
+        let mut builder =
+            reqwest::Client::builder().connect_timeout(std::time::Duration::from_secs(5));
+        let ca = data_dir.join(crate::datadir::CA_CERT_FILE);
+        if u.scheme() == "https" && ca.exists() {
+            builder = builder.tls_backend_preconfigured(trusting(&ca)?);
+        }
+        let http = builder.build().map_err(|e| ClientError::Http {
+            url: base.to_string(),
+            detail: e.to_string(),
+        })?;
         Ok(ApiClient {
             base: base.trim_end_matches('/').to_string(),
             token,
             data_dir,
             http,
         })
+    }
+
+    /// The CA file this client trusts for `data_dir` (may not exist).
+    pub fn ca_file(data_dir: &std::path::Path) -> PathBuf {
+        data_dir.join(crate::datadir::CA_CERT_FILE)
     }
 
     pub fn base_url(&self) -> &str {
@@ -496,4 +518,29 @@ mod tests {
         );
         assert_eq!(ApiClient::path(Kind::Secret, None, None), "/api/v1/secrets");
     }
+}
+
+/// A rustls client configuration trusting only the CA certificate(s) in `ca`.
+fn trusting(ca: &std::path::Path) -> Result<rustls::ClientConfig, ClientError> {
+    use rustls::pki_types::CertificateDer;
+    use rustls::pki_types::pem::PemObject;
+    let bad = |detail: String| ClientError::BadCa {
+        path: ca.to_path_buf(),
+        detail,
+    };
+    let mut roots = rustls::RootCertStore::empty();
+    let certs = CertificateDer::pem_file_iter(ca).map_err(|e| bad(e.to_string()))?;
+    for c in certs {
+        roots
+            .add(c.map_err(|e| bad(e.to_string()))?)
+            .map_err(|e| bad(e.to_string()))?;
+    }
+    let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+    let mut config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| bad(e.to_string()))?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+    Ok(config)
 }

@@ -9,6 +9,7 @@ pub mod apply;
 pub mod bmc;
 pub mod client;
 pub mod hwtest;
+pub mod kubeconfig;
 pub mod objects;
 pub mod reimage;
 pub mod render;
@@ -40,6 +41,10 @@ pub struct GlobalArgs {
         default_value = "./metalherd-data"
     )]
     pub data_dir: PathBuf,
+    /// Plain HTTP instead of TLS: `serve` listens without TLS (loopback
+    /// only) and client commands send the token over plain HTTP.
+    #[arg(long, global = true, env = "METALHERD_INSECURE_HTTP")]
+    pub insecure_http: bool,
     /// Log as JSON lines.
     #[arg(long, global = true, env = "METALHERD_LOG_JSON")]
     pub log_json: bool,
@@ -61,6 +66,9 @@ pub enum Command {
     Crds,
     /// Print the version.
     Version,
+    /// Print a kubeconfig for kubectl and kube-rs (server, CA, token,
+    /// namespace `default`).
+    Kubeconfig,
     /// Talk to a BMC directly (racking day).
     Bmc(bmc::BmcArgs),
     /// Qualify a server model through its BMC: login, inventory, power,

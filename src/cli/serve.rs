@@ -7,6 +7,16 @@ pub struct ServeArgs {
     /// Address of the API server.
     #[arg(long, env = "METALHERD_LISTEN", default_value = "127.0.0.1:7080")]
     pub listen: String,
+    /// Names or addresses clients reach the API by, beyond the listen
+    /// address and localhost (added to the generated server certificate).
+    #[arg(long, env = "METALHERD_ADVERTISE_ADDRESS", value_delimiter = ',')]
+    pub advertise_address: Vec<String>,
+    /// Serve this certificate chain (PEM) instead of the generated one.
+    #[arg(long, env = "METALHERD_TLS_CERT", requires = "tls_key")]
+    pub tls_cert: Option<std::path::PathBuf>,
+    /// The private key (PEM) of --tls-cert.
+    #[arg(long, env = "METALHERD_TLS_KEY", requires = "tls_cert")]
+    pub tls_key: Option<std::path::PathBuf>,
     /// Config file (YAML) for the boot services.
     #[arg(long, env = "METALHERD_CONFIG")]
     pub config: Option<std::path::PathBuf>,

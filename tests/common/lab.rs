@@ -155,7 +155,12 @@ impl Lab {
             .env("METALHERD_LOG", "info");
         self.serve = Some(ChildGuard::spawn("metalherd serve", &mut cmd, &log));
         let up = wait_for(Duration::from_secs(30), || {
-            let o = self.cmd_in_ns("curl", &["-fs", "http://127.0.0.1:7080/healthz"]);
+            let ca = self.run.join("data/ca.crt");
+            let ca = ca.to_string_lossy();
+            let o = self.cmd_in_ns(
+                "curl",
+                &["-fs", "--cacert", &ca, "https://127.0.0.1:7080/healthz"],
+            );
             o.status.success().then_some(())
         });
         assert!(
@@ -284,13 +289,16 @@ impl Lab {
     /// The server's `/metrics` text.
     pub fn metrics(&self) -> String {
         let token = std::fs::read_to_string(self.run.join("data/api-token")).unwrap_or_default();
+        let ca = self.run.join("data/ca.crt");
         let o = self.cmd_in_ns(
             "curl",
             &[
                 "-sf",
+                "--cacert",
+                &ca.to_string_lossy(),
                 "-H",
                 &format!("Authorization: Bearer {}", token.trim()),
-                "http://127.0.0.1:7080/metrics",
+                "https://127.0.0.1:7080/metrics",
             ],
         );
         String::from_utf8_lossy(&o.stdout).into_owned()

@@ -56,7 +56,7 @@ impl Server {
         }
         let addr = format!("127.0.0.1:{}", free_port());
         let guard = Server::spawn(ns.as_ref(), dir.path(), &data_dir, &addr, 0);
-        let url = format!("http://{addr}");
+        let url = format!("https://{addr}");
         let mut s = Server {
             guard,
             dir,
@@ -101,7 +101,7 @@ impl Server {
     fn wait_up(&self) {
         let up = wait_for(Duration::from_secs(30), || {
             let out = self
-                .command("curl")
+                .curl()
                 .args(["-s", "-o", "/dev/null", "-w", "%{http_code}"])
                 .arg(format!("{}/healthz", self.url))
                 .output()
@@ -134,6 +134,14 @@ impl Server {
     /// A command that runs where the server runs (its namespace, if any).
     pub fn command(&self, program: &str) -> Command {
         in_ns(self.ns.as_ref(), program)
+    }
+
+    /// curl, where the server runs, trusting the data directory's CA (the
+    /// API is served over TLS with the certificate `serve` generated).
+    pub fn curl(&self) -> Command {
+        let mut c = self.command("curl");
+        c.arg("--cacert").arg(self.data_dir.join("ca.crt"));
+        c
     }
 
     /// `metalherd`, where the server runs.
@@ -174,7 +182,7 @@ impl Server {
         body: Option<&Value>,
         content_type: &str,
     ) -> (u16, Value) {
-        let mut cmd = self.command("curl");
+        let mut cmd = self.curl();
         cmd.args(["-s", "-X", method, "-w", "\n%{http_code}"]);
         if let Some(t) = token {
             cmd.args(["-H", &format!("Authorization: Bearer {t}")]);
