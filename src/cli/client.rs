@@ -490,6 +490,31 @@ fn lines(chunks: ChunkStream) -> impl Stream<Item = Result<Vec<u8>, String>> + S
     )
 }
 
+/// A rustls client configuration trusting only the CA certificate(s) in `ca`.
+fn trusting(ca: &std::path::Path) -> Result<rustls::ClientConfig, ClientError> {
+    use rustls::pki_types::CertificateDer;
+    use rustls::pki_types::pem::PemObject;
+    let bad = |detail: String| ClientError::BadCa {
+        path: ca.to_path_buf(),
+        detail,
+    };
+    let mut roots = rustls::RootCertStore::empty();
+    let certs = CertificateDer::pem_file_iter(ca).map_err(|e| bad(e.to_string()))?;
+    for c in certs {
+        roots
+            .add(c.map_err(|e| bad(e.to_string()))?)
+            .map_err(|e| bad(e.to_string()))?;
+    }
+    let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+    let mut config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| bad(e.to_string()))?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+    Ok(config)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -518,29 +543,4 @@ mod tests {
         );
         assert_eq!(ApiClient::path(Kind::Secret, None, None), "/api/v1/secrets");
     }
-}
-
-/// A rustls client configuration trusting only the CA certificate(s) in `ca`.
-fn trusting(ca: &std::path::Path) -> Result<rustls::ClientConfig, ClientError> {
-    use rustls::pki_types::CertificateDer;
-    use rustls::pki_types::pem::PemObject;
-    let bad = |detail: String| ClientError::BadCa {
-        path: ca.to_path_buf(),
-        detail,
-    };
-    let mut roots = rustls::RootCertStore::empty();
-    let certs = CertificateDer::pem_file_iter(ca).map_err(|e| bad(e.to_string()))?;
-    for c in certs {
-        roots
-            .add(c.map_err(|e| bad(e.to_string()))?)
-            .map_err(|e| bad(e.to_string()))?;
-    }
-    let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
-    let mut config = rustls::ClientConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .map_err(|e| bad(e.to_string()))?
-        .with_root_certificates(roots)
-        .with_no_client_auth();
-    config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
-    Ok(config)
 }
