@@ -118,6 +118,9 @@ pub fn protect(protected: Router, public: Router, token: &str, metrics: ApiMetri
         .layer(middleware::from_fn_with_state(metrics, trace_request))
 }
 
+/// How much of a refused request's body is read before the 401.
+const UNAUTHORIZED_BODY_LIMIT: usize = 64 * 1024;
+
 async fn require_token(State(token): State<Arc<[u8]>>, req: Request, next: Next) -> Response {
     let ok = req
         .headers()
@@ -128,6 +131,10 @@ async fn require_token(State(token): State<Arc<[u8]>>, req: Request, next: Next)
     if ok {
         next.run(req).await
     } else {
+        // Read (a bounded part of) the body before answering: closing a TLS
+        // connection with unread request bytes resets it, and the client
+        // would lose the 401.
+        let _ = axum::body::to_bytes(req.into_body(), UNAUTHORIZED_BODY_LIMIT).await;
         ApiError::unauthorized().into_response()
     }
 }
