@@ -9,9 +9,37 @@ use std::process::Command;
 
 use serde_json::json;
 
-fn chromium_dom(url: &str, profile: &std::path::Path) -> String {
+/// The base64 SHA-256 of the server certificate's public key, which
+/// Chromium's `--ignore-certificate-errors-spki-list` pins.
+fn spki_pin(cert: &std::path::Path) -> String {
+    common::require_tool("openssl");
+    let out = Command::new("sh")
+        .arg("-c")
+        .arg("openssl x509 -in \"$1\" -pubkey -noout | openssl pkey -pubin -outform der | openssl dgst -sha256 -binary | base64")
+        .arg("sh")
+        .arg(cert)
+        .output()
+        .expect("run openssl");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap().trim().to_string()
+}
+
+/// The DOM Chromium renders for `url`. The API (and the page, served on
+/// the same TLS listener) presents a certificate signed by the data
+/// directory's own CA, which a throwaway profile does not know: `pin`
+/// trusts exactly that server key, as a user who adds the CA would; no pin
+/// means Chromium refuses the certificate.
+fn chromium_dom(url: &str, profile: &std::path::Path, pin: Option<&str>) -> String {
     let chromium = common::require_tool("chromium");
-    let out = Command::new(chromium)
+    let mut cmd = Command::new(chromium);
+    if let Some(pin) = pin {
+        cmd.arg(format!("--ignore-certificate-errors-spki-list={pin}"));
+    }
+    let out = cmd
         .args([
             "--headless",
             "--no-sandbox",
@@ -23,9 +51,6 @@ fn chromium_dom(url: &str, profile: &std::path::Path) -> String {
             "--disable-sync",
             "--virtual-time-budget=8000",
             "--dump-dom",
-            // The API's certificate is signed by the data directory's own
-            // CA, which this throwaway profile does not know.
-            "--ignore-certificate-errors",
         ])
         .arg(format!("--user-data-dir={}", profile.display()))
         .arg(url)
@@ -62,8 +87,17 @@ fn web_page_shows_machines_with_phase_and_last_error() {
     );
     assert_eq!(code, 200, "{body}");
 
+    assert!(s.url.starts_with("https://"), "{}", s.url);
+    let pin = spki_pin(&s.data_dir.join("server.crt"));
+    let page = format!("{}/#token={}", s.url, s.token);
+    // An unknown certificate is refused: the page really comes over TLS.
+    let dom = chromium_dom(&page, &s.dir.path().join("chromium0"), None);
+    assert!(
+        !dom.contains("rack1-u07"),
+        "page loaded over an untrusted certificate:\n{dom}"
+    );
     let profile = s.dir.path().join("chromium");
-    let dom = chromium_dom(&format!("{}/#token={}", s.url, s.token), &profile);
+    let dom = chromium_dom(&page, &profile, Some(&pin));
     assert!(dom.contains("rack1-u07"), "machine row missing:\n{dom}");
     assert!(dom.contains("phase-Error"), "phase missing:\n{dom}");
     assert!(
@@ -73,7 +107,7 @@ fn web_page_shows_machines_with_phase_and_last_error() {
     assert!(dom.contains("1 machines"), "summary missing:\n{dom}");
 
     // Without a token the page says what to do instead of showing data.
-    let dom = chromium_dom(&s.url, &s.dir.path().join("chromium2"));
+    let dom = chromium_dom(&s.url, &s.dir.path().join("chromium2"), Some(&pin));
     assert!(!dom.contains("rack1-u07"), "data shown without a token");
     assert!(
         dom.contains("api-token"),
