@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Condition {
-    /// CamelCase type: `BmcReachable`, `PowerState`, `Provisioned`, `NodeReady`, `UpToDate`.
+    /// CamelCase type: `Ready`, `BmcReachable`, `PowerState`, `Provisioned`, `NodeReady`, `UpToDate`.
     #[serde(rename = "type")]
     pub type_: String,
     /// `True`, `False` or `Unknown`.

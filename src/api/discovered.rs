@@ -19,7 +19,19 @@ use serde::{Deserialize, Serialize};
     printcolumn(name = "MAC", type_ = "string", json_path = ".spec.macAddress"),
     printcolumn(name = "Arch", type_ = "string", json_path = ".spec.architecture"),
     printcolumn(name = "Vendor", type_ = "string", json_path = ".spec.vendorClass"),
-    printcolumn(name = "Last-Seen", type_ = "date", json_path = ".spec.lastSeen")
+    printcolumn(name = "Last-Seen", type_ = "date", json_path = ".spec.lastSeen"),
+    printcolumn(
+        name = "Address",
+        type_ = "string",
+        json_path = ".spec.address",
+        priority = 1
+    ),
+    printcolumn(
+        name = "First-Seen",
+        type_ = "date",
+        json_path = ".spec.firstSeen",
+        priority = 1
+    )
 )]
 #[serde(rename_all = "camelCase")]
 pub struct DiscoveredMachineSpec {

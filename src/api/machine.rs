@@ -53,6 +53,30 @@ impl Machine {
         name = "Age",
         type_ = "date",
         json_path = ".metadata.creationTimestamp"
+    ),
+    printcolumn(
+        name = "BMC",
+        type_ = "string",
+        json_path = ".spec.bmc.address",
+        priority = 1
+    ),
+    printcolumn(
+        name = "MAC",
+        type_ = "string",
+        json_path = ".spec.bootMACAddress",
+        priority = 1
+    ),
+    printcolumn(
+        name = "Address",
+        type_ = "string",
+        json_path = ".spec.network.address",
+        priority = 1
+    ),
+    printcolumn(
+        name = "Error",
+        type_ = "string",
+        json_path = ".status.lastError.reason",
+        priority = 1
     )
 )]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]

@@ -31,6 +31,12 @@ use super::condition::Condition;
         name = "Age",
         type_ = "date",
         json_path = ".metadata.creationTimestamp"
+    ),
+    printcolumn(
+        name = "Runtime",
+        type_ = "string",
+        json_path = ".spec.containerRuntime.name",
+        priority = 1
     )
 )]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]

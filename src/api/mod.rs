@@ -134,17 +134,25 @@ impl std::fmt::Display for Kind {
     }
 }
 
-/// The CustomResourceDefinitions of every metalherd kind, as one
-/// multi-document YAML (what `metalherd crds` prints and deploy/crds/ holds).
-pub fn crds_yaml() -> anyhow::Result<String> {
+/// The CustomResourceDefinitions of every metalherd kind (the API's
+/// discovery and tables are built from them).
+pub fn crds()
+-> [k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition; 4]
+{
     use kube::CustomResourceExt;
-    let mut out = String::new();
-    for crd in [
+    [
         Machine::crd(),
         MachineClass::crd(),
         MachineSet::crd(),
         DiscoveredMachine::crd(),
-    ] {
+    ]
+}
+
+/// The CustomResourceDefinitions of every metalherd kind, as one
+/// multi-document YAML (what `metalherd crds` prints and deploy/crds/ holds).
+pub fn crds_yaml() -> anyhow::Result<String> {
+    let mut out = String::new();
+    for crd in crds() {
         out.push_str("---\n");
         out.push_str(&serde_yaml::to_string(&crd)?);
     }

@@ -66,6 +66,27 @@ pub mod cond {
     pub const WAITING: &str = "Waiting";
     /// True while the `metalherd.dev/paused` annotation is set.
     pub const PAUSED: &str = "Paused";
+    /// True in phase Ready (provisioned, its Node up): what
+    /// `kubectl wait --for=condition=Ready` waits for.
+    pub const READY: &str = "Ready";
+}
+
+/// The `Ready` condition that goes with phase `p`: `True` only in phase
+/// Ready; otherwise `False` with the phase as the reason.
+pub fn ready_condition(p: MachinePhase, now: Timestamp) -> Condition {
+    let ready = p == MachinePhase::Ready;
+    Condition {
+        type_: cond::READY.into(),
+        status: if ready { "True" } else { "False" }.into(),
+        observed_generation: None,
+        last_transition_time: now,
+        reason: if ready { "NodeReady" } else { p.as_str() }.into(),
+        message: if ready {
+            "provisioned and its Node is Ready".into()
+        } else {
+            format!("phase {}", p.as_str())
+        },
+    }
 }
 
 /// What the BMC said this time.
@@ -480,7 +501,10 @@ pub fn boot_timeline(status: &MachineStatus, boot_id: &str) -> String {
 /// `MintBoot` (which needs a fresh id), leave it unchanged.
 pub fn apply_status(status: &mut MachineStatus, step: &Step, now: Timestamp) {
     match step {
-        Step::SetPhase(p) => status.phase = Some(*p),
+        Step::SetPhase(p) => {
+            status.phase = Some(*p);
+            set_condition(&mut status.conditions, ready_condition(*p, now));
+        }
         Step::SetPowerState(p) => status.power_state = Some(*p),
         Step::SetCondition(c) => set_condition(&mut status.conditions, c.clone()),
         Step::SetProgress { key, value } => {

@@ -11,7 +11,10 @@ use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
+use super::fields::FieldSelector;
 use super::normalize::normalize;
+use super::table::{self, IncludeObject};
+use super::watch::Shape;
 use super::{ApiError, ApiState, Group};
 use crate::api::Kind;
 use crate::api::validate::validate;
@@ -25,6 +28,9 @@ pub struct ListQuery {
     pub watch: Option<String>,
     pub resource_version: Option<String>,
     pub timeout_seconds: Option<u64>,
+    pub field_selector: Option<String>,
+    /// For Tables: `None`, `Metadata` (the default) or `Object`.
+    pub include_object: Option<String>,
 }
 
 type Res = Result<Response, ApiError>;
@@ -56,24 +62,44 @@ pub async fn list_namespaced(
     State(st): State<ApiState>,
     Extension(group): Extension<Group>,
     Path((ns, plural)): Path<(String, String)>,
+    headers: HeaderMap,
     q: Result<Query<ListQuery>, QueryRejection>,
 ) -> Res {
     check_ns(&ns)?;
     let q = query(q)?;
-    list_or_watch(st, kind_of(group, &plural)?, Some(ns), q).await
+    list_or_watch(st, kind_of(group, &plural)?, Some(ns), q, &headers).await
 }
 
 pub async fn list_all(
     State(st): State<ApiState>,
     Extension(group): Extension<Group>,
     Path(plural): Path<String>,
+    headers: HeaderMap,
     q: Result<Query<ListQuery>, QueryRejection>,
 ) -> Res {
     let q = query(q)?;
-    list_or_watch(st, kind_of(group, &plural)?, None, q).await
+    list_or_watch(st, kind_of(group, &plural)?, None, q, &headers).await
 }
 
-async fn list_or_watch(st: ApiState, kind: Kind, ns: Option<String>, q: ListQuery) -> Res {
+/// How the client asked to see objects: a field selector, and a Table
+/// (with what each row carries) when it accepts one.
+fn shape(kind: Kind, q: &ListQuery, headers: &HeaderMap) -> Result<Shape, ApiError> {
+    let fields = match q.field_selector.as_deref() {
+        Some(s) => FieldSelector::parse(kind, s).map_err(ApiError::bad_request)?,
+        None => FieldSelector::default(),
+    };
+    let table = table::wanted(headers).then(|| IncludeObject::parse(q.include_object.as_deref()));
+    Ok(Shape { fields, table })
+}
+
+async fn list_or_watch(
+    st: ApiState,
+    kind: Kind,
+    ns: Option<String>,
+    q: ListQuery,
+    headers: &HeaderMap,
+) -> Res {
+    let shape = shape(kind, &q, headers)?;
     let selector = match q.label_selector.as_deref() {
         Some(s) => Selector::parse(s).map_err(|e| ApiError::bad_request(e.to_string()))?,
         None => Selector::default(),
@@ -89,9 +115,16 @@ async fn list_or_watch(st: ApiState, kind: Kind, ns: Option<String>, q: ListQuer
             Some(s) if s.is_empty() || s == "0" => None,
             Some(s) => Some(s),
         };
-        return super::watch::watch(st, kind, opts, from, q.timeout_seconds).await;
+        return super::watch::watch(st, kind, opts, from, q.timeout_seconds, shape).await;
     }
-    let list = st.store.list(kind, &opts).await?;
+    let mut list = st.store.list(kind, &opts).await?;
+    if !shape.fields.is_empty() {
+        list.items.retain(|o| shape.fields.matches(kind, o));
+    }
+    if let Some(include) = shape.table {
+        let t = table::table(kind, &list.items, Some(&list.resource_version), include);
+        return Ok(ok_json(StatusCode::OK, &t));
+    }
     let body = json!({
         "apiVersion": kind.api_version(),
         "kind": format!("{kind}List"),
@@ -105,9 +138,22 @@ pub async fn get_one(
     State(st): State<ApiState>,
     Extension(group): Extension<Group>,
     Path((ns, plural, name)): Path<(String, String, String)>,
+    headers: HeaderMap,
+    q: Result<Query<ListQuery>, QueryRejection>,
 ) -> Res {
     let kind = kind_of(group, &plural)?;
+    let q = query(q)?;
     let v = st.store.get(kind, &ns, &name).await?;
+    if table::wanted(&headers) {
+        let include = IncludeObject::parse(q.include_object.as_deref());
+        let rv = v
+            .pointer("/metadata/resourceVersion")
+            .and_then(Value::as_str);
+        return Ok(ok_json(
+            StatusCode::OK,
+            &table::table(kind, std::slice::from_ref(&v), rv, include),
+        ));
+    }
     Ok(ok_json(StatusCode::OK, &v))
 }
 
@@ -117,7 +163,14 @@ pub async fn get_status(
     path: Path<(String, String, String)>,
 ) -> Res {
     status_kind(group.0, &path.1)?;
-    get_one(st, group, path).await
+    get_one(
+        st,
+        group,
+        path,
+        HeaderMap::new(),
+        Ok(Query(ListQuery::default())),
+    )
+    .await
 }
 
 fn status_kind(group: Group, plural: &str) -> Result<Kind, ApiError> {

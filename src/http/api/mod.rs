@@ -9,9 +9,13 @@
 //! caller outside [`protect`]). A span per request carries method, path and
 //! status, never bodies or headers: Secrets pass through here.
 
+pub mod discovery;
+pub mod fields;
 mod handlers;
 pub mod normalize;
+pub mod openapi;
 pub mod status;
+pub mod table;
 mod watch;
 
 use std::sync::Arc;
@@ -75,6 +79,8 @@ pub fn routes(state: ApiState) -> Router {
             group_routes(Group::Metalherd),
         )
         .nest("/api/v1", group_routes(Group::Core))
+        .merge(discovery::routes())
+        .merge(openapi::routes())
         .with_state(state)
 }
 

@@ -14,13 +14,43 @@ use axum::response::Response;
 use futures::{Stream, StreamExt, stream};
 use serde_json::{Value, json};
 
+use super::fields::FieldSelector;
+use super::table::{self, IncludeObject};
 use super::{ApiError, ApiState};
 use crate::api::Kind;
-use crate::store::{ListOptions, StoreError, WatchEvent};
+use crate::store::{ListOptions, StoreError};
 
 /// Longest a watch stays open without a client-given timeout; clients
 /// reconnect from their last resourceVersion, as with Kubernetes.
 const MAX_WATCH: Duration = Duration::from_secs(3600);
+
+/// Which objects a watch yields (field selector) and how (as objects, or
+/// as one-row Tables when the client asked for server-side printing).
+#[derive(Clone, Debug, Default)]
+pub struct Shape {
+    pub fields: FieldSelector,
+    pub table: Option<IncludeObject>,
+}
+
+impl Shape {
+    fn render(&self, kind: Kind, type_: &str, obj: &Value) -> Option<Bytes> {
+        if !self.fields.matches(kind, obj) {
+            return None;
+        }
+        Some(match self.table {
+            Some(include) => {
+                let rv = obj
+                    .pointer("/metadata/resourceVersion")
+                    .and_then(Value::as_str);
+                line(
+                    type_,
+                    &table::table(kind, std::slice::from_ref(obj), rv, include),
+                )
+            }
+            None => line(type_, obj),
+        })
+    }
+}
 
 pub async fn watch(
     st: ApiState,
@@ -28,6 +58,7 @@ pub async fn watch(
     opts: ListOptions,
     from: Option<String>,
     timeout_seconds: Option<u64>,
+    shape: Shape,
 ) -> Result<Response, ApiError> {
     let (initial, from) = match from {
         Some(rv) => (Vec::new(), rv),
@@ -39,11 +70,17 @@ pub async fn watch(
     // Open the store watch before answering so a bad version is a plain
     // HTTP error rather than an ERROR event.
     let changes = st.store.watch(kind, &opts, Some(&from)).await?;
-    let added = stream::iter(initial.into_iter().map(|o| Ok(line("ADDED", &o))));
+    let added: Vec<Bytes> = initial
+        .iter()
+        .filter_map(|o| shape.render(kind, "ADDED", o))
+        .collect();
+    let added = stream::iter(added.into_iter().map(Ok));
     let changes = changes
-        .map(|r| match r {
-            Ok(ev) => Ok(event_line(&ev)),
-            Err(e) => Err(e),
+        .filter_map(move |r| {
+            futures::future::ready(match r {
+                Ok(ev) => shape.render(kind, ev.type_str(), ev.object()).map(Ok),
+                Err(e) => Some(Err(e)),
+            })
         })
         // End after the first error, sending it as an ERROR event.
         .scan(false, |done, r| {
@@ -98,10 +135,6 @@ fn line(type_: &str, obj: &Value) -> Bytes {
     let mut b = serde_json::to_vec(&json!({"type": type_, "object": obj})).unwrap_or_default();
     b.push(b'\n');
     Bytes::from(b)
-}
-
-fn event_line(ev: &WatchEvent) -> Bytes {
-    line(ev.type_str(), ev.object())
 }
 
 fn error_line(e: StoreError) -> Bytes {

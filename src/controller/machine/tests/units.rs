@@ -209,6 +209,18 @@ fn apply_status_edits_only_status() {
         apply_status(&mut st, &s, now);
     }
     assert_eq!(st.phase, Some(MachinePhase::Ready));
+    let ready = crate::api::condition::find_condition(&st.conditions, "Ready").unwrap();
+    assert_eq!(
+        (ready.status.as_str(), ready.reason.as_str()),
+        ("True", "NodeReady")
+    );
+    apply_status(&mut st, &Step::SetPhase(MachinePhase::Reimaging), now);
+    let ready = crate::api::condition::find_condition(&st.conditions, "Ready").unwrap();
+    assert_eq!(
+        (ready.status.as_str(), ready.reason.as_str()),
+        ("False", "Reimaging")
+    );
+    apply_status(&mut st, &Step::SetPhase(MachinePhase::Ready), now);
     assert_eq!(st.progress["attempts"], "2");
     assert_eq!(st.provisioned_revision.as_deref(), Some("r2"));
     assert_eq!(st.last_error.as_ref().unwrap().reason, "X");

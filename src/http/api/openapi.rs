@@ -1,0 +1,186 @@
+//! `/openapi/v3`: the index of group-version documents and, per group
+//! version, an OpenAPI 3 document with each resource's paths (every
+//! operation tagged with `x-kubernetes-group-version-kind`, PATCH with the
+//! `fieldValidation`, `fieldManager` and `dryRun` query parameters) and,
+//! for the metalherd kinds, the CRD schema under `components.schemas`.
+//!
+//! This is what kubectl reads to decide that the server validates fields
+//! itself (`kubectl apply` then sends `fieldValidation=Strict` instead of
+//! downloading `/openapi/v2` to validate on the client). `/openapi/v2` is
+//! not served.
+
+use axum::Router;
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use serde_json::{Map, Value, json};
+
+use crate::api::{GROUP, Kind, VERSION};
+
+/// The index and the two group-version documents.
+pub fn routes<S: Clone + Send + Sync + 'static>() -> Router<S> {
+    Router::new()
+        .route("/openapi/v3", get(|| async { json(index()) }))
+        .route("/openapi/v3/api/v1", get(|| async { json(document(true)) }))
+        .route(
+            &format!("/openapi/v3/apis/{GROUP}/{VERSION}"),
+            get(|| async { json(document(false)) }),
+        )
+}
+
+fn json(v: Value) -> Response {
+    axum::Json(v).into_response()
+}
+
+/// Changes whenever the documents can: clients cache by it.
+fn hash() -> &'static str {
+    env!("CARGO_PKG_VERSION")
+}
+
+fn index() -> Value {
+    let entry =
+        |gv: &str| json!({"serverRelativeURL": format!("/openapi/v3/{gv}?hash={}", hash())});
+    json!({"paths": {
+        "api/v1": entry("api/v1"),
+        format!("apis/{GROUP}/{VERSION}"): entry(&format!("apis/{GROUP}/{VERSION}")),
+    }})
+}
+
+fn query_param(name: &str, description: &str) -> Value {
+    json!({
+        "name": name, "in": "query", "description": description,
+        "schema": {"type": "string", "uniqueItems": true},
+    })
+}
+
+/// The GVK of a kind as the `x-kubernetes-group-version-kind` extension.
+fn gvk(kind: Kind) -> Value {
+    let (group, version) = match kind.api_version().split_once('/') {
+        Some((g, v)) => (g, v),
+        None => ("", kind.api_version()),
+    };
+    json!({"group": group, "version": version, "kind": kind.as_str()})
+}
+
+fn operation(kind: Kind, action: &str, id: &str, params: Vec<Value>) -> Value {
+    json!({
+        "operationId": id,
+        "parameters": params,
+        "responses": {"200": {"description": "OK"}},
+        "x-kubernetes-action": action,
+        "x-kubernetes-group-version-kind": gvk(kind),
+    })
+}
+
+fn paths_of(kind: Kind) -> Map<String, Value> {
+    let prefix = super::group_prefix(kind);
+    let plural = kind.plural();
+    let k = kind.as_str();
+    let write_params = || {
+        vec![
+            query_param("dryRun", "When present, modifications are not persisted."),
+            query_param("fieldManager", "The name of the actor making the change."),
+            query_param(
+                "fieldValidation",
+                "Ignore, Warn or Strict: how unknown or duplicate fields are treated.",
+            ),
+        ]
+    };
+    let mut item = json!({
+        "get": operation(kind, "get", &format!("read{k}"), vec![]),
+        "put": operation(kind, "put", &format!("replace{k}"), write_params()),
+        "patch": operation(kind, "patch", &format!("patch{k}"), write_params()),
+        "delete": operation(kind, "delete", &format!("delete{k}"), vec![]),
+    });
+    if let Some(o) = item.as_object_mut() {
+        o.insert(
+            "parameters".into(),
+            json!([
+                {"name": "name", "in": "path", "required": true, "schema": {"type": "string"}},
+                {"name": "namespace", "in": "path", "required": true, "schema": {"type": "string"}},
+            ]),
+        );
+    }
+    let list = json!({
+        "get": operation(kind, "list", &format!("list{k}"), vec![]),
+        "post": operation(kind, "post", &format!("create{k}"), write_params()),
+    });
+    let mut paths = Map::new();
+    paths.insert(format!("{prefix}/namespaces/{{namespace}}/{plural}"), list);
+    paths.insert(
+        format!("{prefix}/namespaces/{{namespace}}/{plural}/{{name}}"),
+        item,
+    );
+    paths
+}
+
+/// The definition name kube-apiserver gives a CRD kind's schema.
+fn schema_name(kind: Kind) -> String {
+    let reversed: Vec<&str> = GROUP.rsplit('.').collect();
+    format!("{}.{VERSION}.{}", reversed.join("."), kind.as_str())
+}
+
+fn document(core: bool) -> Value {
+    let mut paths = Map::new();
+    let mut schemas = Map::new();
+    for kind in Kind::ALL {
+        if (kind.api_version() == "v1") != core {
+            continue;
+        }
+        paths.extend(paths_of(kind));
+    }
+    if !core {
+        for crd in crate::api::crds() {
+            let Some(kind) = Kind::parse(&crd.spec.names.kind) else {
+                continue;
+            };
+            let schema = crd
+                .spec
+                .versions
+                .iter()
+                .find(|v| v.name == VERSION)
+                .and_then(|v| v.schema.as_ref())
+                .and_then(|s| s.open_api_v3_schema.as_ref())
+                .and_then(|s| serde_json::to_value(s).ok());
+            if let Some(mut schema) = schema {
+                schema["x-kubernetes-group-version-kind"] = json!([gvk(kind)]);
+                schemas.insert(schema_name(kind), schema);
+            }
+        }
+    }
+    json!({
+        "openapi": "3.0.0",
+        "info": {"title": "metalherd", "version": env!("CARGO_PKG_VERSION")},
+        "paths": paths,
+        "components": {"schemas": schemas},
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn patch_of_each_kind_names_its_gvk_and_field_validation() {
+        let doc = document(false);
+        let p = &doc["paths"]["/apis/metalherd.dev/v1alpha1/namespaces/{namespace}/machines/{name}"]
+            ["patch"];
+        assert_eq!(p["x-kubernetes-group-version-kind"]["kind"], "Machine");
+        assert!(
+            p["parameters"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|q| q["name"] == "fieldValidation" && q["in"] == "query")
+        );
+        let m = &doc["components"]["schemas"]["dev.metalherd.v1alpha1.Machine"];
+        assert!(
+            m["properties"]["spec"]["properties"]["bmc"].is_object(),
+            "{m}"
+        );
+        let core = document(true);
+        assert!(
+            core["paths"]["/api/v1/namespaces/{namespace}/secrets/{name}"]["patch"].is_object()
+        );
+        assert!(index()["paths"]["apis/metalherd.dev/v1alpha1"]["serverRelativeURL"].is_string());
+    }
+}
