@@ -131,6 +131,15 @@ fn crud_with_kubernetes_codes() {
         "application/json",
     );
     assert_eq!(code, 415);
+    // Strategic merge patches are for built-in kinds only, as in Kubernetes.
+    let (code, _) = s.http(
+        "PATCH",
+        &format!("{classes}/c1"),
+        Some(&s.token),
+        Some(&json!({"spec": {"wipeOnDeprovision": true}})),
+        "application/strategic-merge-patch+json",
+    );
+    assert_eq!(code, 415);
 
     // Status goes through /status only.
     let (code, st) = s.http(

@@ -273,6 +273,44 @@ fn kubectl_discovers_metalherd_and_prints_its_columns() {
         ],
     );
     assert_eq!(out, "On");
+
+    // A Secret applied again with a changed value: kubectl sends a
+    // strategic merge patch, applied as the map merge it is.
+    let secret = |pw: &str| {
+        format!(
+            "apiVersion: v1\nkind: Secret\nmetadata:\n  name: rack1-u07-bmc\n  namespace: default\nstringData:\n  username: admin\n  password: {pw}\n"
+        )
+    };
+    let sf = s.dir.path().join("secret.yaml");
+    std::fs::write(&sf, secret("one")).unwrap();
+    let sf = sf.to_str().unwrap();
+    assert_eq!(
+        ok(&kc, &["apply", "-f", sf]).trim(),
+        "secret/rack1-u07-bmc created"
+    );
+    std::fs::write(sf, secret("two")).unwrap();
+    assert_eq!(
+        ok(&kc, &["apply", "-f", sf]).trim(),
+        "secret/rack1-u07-bmc configured"
+    );
+    let out = ok(
+        &kc,
+        &[
+            "get",
+            "secret",
+            "rack1-u07-bmc",
+            "-o",
+            "jsonpath={.data.password}",
+        ],
+    );
+    assert_eq!(out, "dHdv", "base64 of \"two\"");
+    let out = ok(&kc, &["get", "secrets"]);
+    let rows: Vec<Vec<&str>> = out
+        .lines()
+        .map(|l| l.split_whitespace().collect())
+        .collect();
+    assert_eq!(rows[0], ["NAME", "TYPE", "DATA", "AGE"], "{out}");
+    assert_eq!(rows[1][..3], ["rack1-u07-bmc", "Opaque", "2"], "{out}");
 }
 
 #[test]
@@ -389,4 +427,56 @@ fn kubectl_describes_applies_waits_and_deletes() {
         err.contains("NotFound") && err.contains("rack1-u07"),
         "{err}"
     );
+}
+
+/// The controller, not the test, sets the Ready condition: on the simulated
+/// rack (sushy-tools' Redfish emulator) a Machine reaches Available, whose
+/// Ready condition is False with reason Available; `kubectl wait` sees it.
+/// (Ready=True needs a provisioned server whose Node is up: the QEMU lab.)
+#[test]
+fn kubectl_waits_on_the_condition_the_controller_sets() {
+    use common::rack::{bmc_spec, controller_config, put_secret};
+    require_recent_kubectl();
+    let sushy = common::sushy::Sushy::start(common::sushy::SushyOptions::default());
+    let (user, pw) = sushy.opts.auth.clone().expect("auth");
+    let s = Server::start_with_config(Some(&controller_config("", "")));
+    let kc = kubeconfig(&s);
+    put_secret(&s, "u1-bmc", &user, &pw);
+    let m = json!({"apiVersion": "metalherd.dev/v1alpha1", "kind": "Machine",
+        "metadata": {"name": "rack1-u1", "namespace": "default"},
+        "spec": {"bmc": bmc_spec(&sushy.address(0), "u1-bmc")}});
+    let file = s.dir.path().join("u1.yaml");
+    std::fs::write(&file, serde_yaml::to_string(&m).unwrap()).unwrap();
+    ok(&kc, &["apply", "-f", file.to_str().unwrap()]);
+    let out = ok(
+        &kc,
+        &[
+            "wait",
+            "--for=jsonpath={.status.phase}=Available",
+            "machine/rack1-u1",
+            "--timeout=90s",
+        ],
+    );
+    assert!(out.contains("condition met"), "{out}");
+    let out = ok(
+        &kc,
+        &[
+            "wait",
+            "--for=condition=Ready=false",
+            "machine/rack1-u1",
+            "--timeout=30s",
+        ],
+    );
+    assert_eq!(out.trim(), "machine.metalherd.dev/rack1-u1 condition met");
+    let reason = ok(
+        &kc,
+        &[
+            "get",
+            "machine",
+            "rack1-u1",
+            "-o",
+            "jsonpath={.status.conditions[?(@.type==\"Ready\")].reason}",
+        ],
+    );
+    assert_eq!(reason, "Available", "{}", s.log());
 }

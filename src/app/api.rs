@@ -55,7 +55,18 @@ pub(super) fn tls_config(
         return Ok(None);
     }
     let identity = match (&args.tls_cert, &args.tls_key) {
-        (Some(cert), Some(key)) => crate::tls::load_user(cert, key)?,
+        (Some(cert), Some(key)) => {
+            let ca = data_dir.join(crate::datadir::CA_CERT_FILE);
+            if ca.exists() {
+                // The CLI and `metalherd kubeconfig` trust this CA when it
+                // exists, and it did not sign the user's certificate.
+                tracing::warn!(
+                    "serving --tls-cert, but clients of this data directory trust {} from an earlier start: remove it (and ca.key) so they use the system's roots",
+                    ca.display()
+                );
+            }
+            crate::tls::load_user(cert, key)?
+        }
         _ => crate::tls::ensure_generated(
             data_dir,
             &crate::tls::server_names(bound.ip(), &args.advertise_address),

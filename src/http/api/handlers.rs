@@ -355,14 +355,23 @@ async fn merge_patch(
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
         .unwrap_or_default();
-    if !ct.starts_with("application/merge-patch+json") {
+    let strategic = ct.starts_with("application/strategic-merge-patch+json");
+    // Strategic merge patches only for the built-in kinds, as in Kubernetes.
+    let accepted =
+        ct.starts_with("application/merge-patch+json") || (strategic && kind.api_version() == "v1");
+    if !accepted {
         return Err(ApiError::new(
             StatusCode::UNSUPPORTED_MEDIA_TYPE,
             "UnsupportedMediaType",
-            format!("PATCH supports Content-Type application/merge-patch+json only, got {ct:?}"),
+            format!(
+                "PATCH supports Content-Type application/merge-patch+json (and application/strategic-merge-patch+json for Secrets and Events), got {ct:?}"
+            ),
         ));
     }
     let patch = parse_body(body)?;
+    if strategic {
+        plain_strategic(&patch)?;
+    }
     let precondition = resource_version_of(&patch).is_some();
     // A client-given resourceVersion is a precondition: one attempt only.
     let attempts = if precondition { 1 } else { modify::ATTEMPTS };
@@ -397,6 +406,31 @@ async fn merge_patch(
             name: name.to_string(),
         }
         .into()),
+    }
+}
+
+/// A strategic merge patch of a Secret or Event is a JSON merge patch as
+/// long as it holds no lists (merged by key there) and no `$` directives:
+/// what `kubectl apply` sends for a Secret's data. Anything else is refused.
+fn plain_strategic(v: &Value) -> Result<(), ApiError> {
+    let refuse = |what: &str| {
+        Err(ApiError::new(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "UnsupportedMediaType",
+            format!(
+                "this strategic merge patch holds {what}: only map merges are supported; use application/merge-patch+json"
+            ),
+        ))
+    };
+    match v {
+        Value::Array(_) => refuse("a list"),
+        Value::Object(m) => {
+            if let Some(k) = m.keys().find(|k| k.starts_with('$')) {
+                return refuse(&format!("the directive {k:?}"));
+            }
+            m.values().try_for_each(plain_strategic)
+        }
+        _ => Ok(()),
     }
 }
 
