@@ -385,6 +385,60 @@ fn kubectl_describes_applies_waits_and_deletes() {
     assert!(!okay);
     assert!(err.contains("spec.bmc.bogus"), "{err}");
 
+    // patch (JSON and merge), a failed JSON patch test, edit.
+    let out = ok(
+        &kc,
+        &[
+            "patch",
+            "machine",
+            "rack1-u07",
+            "--type",
+            "json",
+            "-p",
+            r#"[{"op":"add","path":"/metadata/labels","value":{"rack":"r1"}}]"#,
+        ],
+    );
+    assert_eq!(out.trim(), "machine.metalherd.dev/rack1-u07 patched");
+    let out = ok(&kc, &["get", "machines", "-l", "rack=r1", "-o", "name"]);
+    assert_eq!(out.trim(), "machine.metalherd.dev/rack1-u07");
+    let (okay, _, err) = kubectl(
+        &kc,
+        &[
+            "patch",
+            "machine",
+            "rack1-u07",
+            "--type",
+            "json",
+            "-p",
+            r#"[{"op":"test","path":"/spec/online","value":true}]"#,
+        ],
+    );
+    assert!(!okay && err.contains("value did not match"), "{err}");
+    let out = ok(
+        &kc,
+        &[
+            "patch",
+            "machine",
+            "rack1-u07",
+            "--type",
+            "merge",
+            "-p",
+            r#"{"metadata":{"labels":{"pool":"a"}}}"#,
+        ],
+    );
+    assert_eq!(out.trim(), "machine.metalherd.dev/rack1-u07 patched");
+    let out = kubectl_cmd(&kc)
+        .env("KUBE_EDITOR", "sed -i s/online:\\ false/online:\\ true/")
+        .args(["edit", "machine", "rack1-u07"])
+        .output()
+        .unwrap();
+    let (o, e) = text(&out);
+    assert!(out.status.success(), "kubectl edit: {e}");
+    assert_eq!(o.trim(), "machine.metalherd.dev/rack1-u07 edited");
+    let (_, m) = s.req("GET", &format!("{MACHINES}/rack1-u07"), None);
+    assert_eq!(m["spec"]["online"], true, "{m}");
+    assert_eq!(m["metadata"]["labels"], json!({"rack": "r1", "pool": "a"}));
+
     // wait returns once the Ready condition flips to True, not before.
     let log = s.dir.path().join("wait.log");
     let mut wait = common::proc::ChildGuard::spawn(

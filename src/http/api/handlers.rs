@@ -356,19 +356,29 @@ async fn merge_patch(
         .and_then(|v| v.to_str().ok())
         .unwrap_or_default();
     let strategic = ct.starts_with("application/strategic-merge-patch+json");
+    let json_patch = ct.starts_with("application/json-patch+json");
     // Strategic merge patches only for the built-in kinds, as in Kubernetes.
-    let accepted =
-        ct.starts_with("application/merge-patch+json") || (strategic && kind.api_version() == "v1");
+    let accepted = ct.starts_with("application/merge-patch+json")
+        || json_patch
+        || (strategic && kind.api_version() == "v1");
     if !accepted {
         return Err(ApiError::new(
             StatusCode::UNSUPPORTED_MEDIA_TYPE,
             "UnsupportedMediaType",
             format!(
-                "PATCH supports Content-Type application/merge-patch+json (and application/strategic-merge-patch+json for Secrets and Events), got {ct:?}"
+                "PATCH supports Content-Type application/merge-patch+json, application/json-patch+json (and application/strategic-merge-patch+json for Secrets and Events), got {ct:?}"
             ),
         ));
     }
-    let patch = parse_body(body)?;
+    let (patch, ops) = if json_patch {
+        // RFC 6902: a list of operations; a `test` of the resourceVersion
+        // is the way to make it conditional.
+        let ops: json_patch::Patch = serde_json::from_slice(body)
+            .map_err(|e| ApiError::bad_request(format!("request body is not a JSON patch: {e}")))?;
+        (Value::Null, Some(ops))
+    } else {
+        (parse_body(body)?, None)
+    };
     if strategic {
         plain_strategic(&patch)?;
     }
@@ -385,7 +395,16 @@ async fn merge_patch(
             return Ok(None);
         };
         let mut merged = current.clone();
-        json_patch::merge(&mut merged, &patch);
+        match &ops {
+            Some(ops) => json_patch::patch(&mut merged, ops).map_err(|e| {
+                ApiError::new(
+                    StatusCode::UNPROCESSABLE_ENTITY,
+                    "Invalid",
+                    format!("the JSON patch cannot be applied: {e}"),
+                )
+            })?,
+            None => json_patch::merge(&mut merged, &patch),
+        }
         if !precondition
             && let (Some(m), Some(rv)) = (
                 merged.get_mut("metadata").and_then(Value::as_object_mut),
