@@ -274,6 +274,22 @@ fn kubectl_discovers_metalherd_and_prints_its_columns() {
     );
     assert_eq!(out, "On");
 
+    // get -w: the current row, then a row per change, as Tables.
+    let wlog = s.dir.path().join("watch.log");
+    let _w = common::proc::ChildGuard::spawn(
+        "kubectl get -w",
+        kubectl_cmd(&kc).args(["get", "machines", "-w"]),
+        &wlog,
+    );
+    let rows = |n: usize| {
+        let t = std::fs::read_to_string(&wlog).unwrap_or_default();
+        (t.lines().filter(|l| l.starts_with("rack1-u07")).count() >= n).then_some(t)
+    };
+    common::proc::wait_for(Duration::from_secs(20), || rows(1)).expect("first watch row");
+    ok(&kc, &["label", "machine", "rack1-u07", "watched=yes"]);
+    let t = common::proc::wait_for(Duration::from_secs(20), || rows(2)).expect("a row per change");
+    assert!(t.starts_with("NAME") && t.contains("Ready"), "{t}");
+
     // A Secret applied again with a changed value: kubectl sends a
     // strategic merge patch, applied as the map merge it is.
     let secret = |pw: &str| {
@@ -304,6 +320,12 @@ fn kubectl_discovers_metalherd_and_prints_its_columns() {
         ],
     );
     assert_eq!(out, "dHdv", "base64 of \"two\"");
+    // kubectl create secret sends protobuf: refused, saying so.
+    let (okay, _, err) = kubectl(
+        &kc,
+        &["create", "secret", "generic", "x", "--from-literal=a=b"],
+    );
+    assert!(!okay && err.contains("JSON request bodies only"), "{err}");
     let out = ok(&kc, &["get", "secrets"]);
     let rows: Vec<Vec<&str>> = out
         .lines()

@@ -184,6 +184,24 @@ fn status_kind(group: Group, plural: &str) -> Result<Kind, ApiError> {
     }
 }
 
+/// Refuse bodies in encodings other than JSON with a clear 415 (kubectl
+/// sends built-in kinds as protobuf from `kubectl create secret` and the
+/// like; client-go does not fall back from protobuf).
+fn json_content(headers: &HeaderMap) -> Result<(), ApiError> {
+    let ct = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default();
+    if ct.starts_with("application/vnd.kubernetes.protobuf") || ct.starts_with("application/cbor") {
+        return Err(ApiError::new(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "UnsupportedMediaType",
+            format!("the server accepts JSON request bodies only, got {ct:?}"),
+        ));
+    }
+    Ok(())
+}
+
 /// Parse a JSON body into an object.
 fn parse_body(body: &Bytes) -> Result<Value, ApiError> {
     let v: Value = serde_json::from_slice(body)
@@ -261,8 +279,10 @@ pub async fn create(
     State(st): State<ApiState>,
     Extension(group): Extension<Group>,
     Path((ns, plural)): Path<(String, String)>,
+    headers: HeaderMap,
     body: Bytes,
 ) -> Res {
+    json_content(&headers)?;
     check_ns(&ns)?;
     let kind = kind_of(group, &plural)?;
     let mut v = parse_body(&body)?;
@@ -293,8 +313,10 @@ pub async fn replace(
     State(st): State<ApiState>,
     Extension(group): Extension<Group>,
     Path((ns, plural, name)): Path<(String, String, String)>,
+    headers: HeaderMap,
     body: Bytes,
 ) -> Res {
+    json_content(&headers)?;
     let kind = kind_of(group, &plural)?;
     let mut v = parse_body(&body)?;
     conform(kind, &ns, Some(&name), &mut v)?;
@@ -307,8 +329,10 @@ pub async fn replace_status(
     State(st): State<ApiState>,
     Extension(group): Extension<Group>,
     Path((ns, plural, name)): Path<(String, String, String)>,
+    headers: HeaderMap,
     body: Bytes,
 ) -> Res {
+    json_content(&headers)?;
     let kind = status_kind(group, &plural)?;
     let mut v = parse_body(&body)?;
     conform(kind, &ns, Some(&name), &mut v)?;
