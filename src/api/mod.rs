@@ -135,17 +135,21 @@ impl std::fmt::Display for Kind {
 }
 
 /// The CustomResourceDefinitions of every metalherd kind (the API's
-/// discovery and tables are built from them).
-pub fn crds()
--> [k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition; 4]
-{
+/// discovery, OpenAPI documents and tables are built from them), generated
+/// once.
+pub fn crds() -> &'static [k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition]{
     use kube::CustomResourceExt;
-    [
-        Machine::crd(),
-        MachineClass::crd(),
-        MachineSet::crd(),
-        DiscoveredMachine::crd(),
-    ]
+    static CRDS: std::sync::OnceLock<
+        [k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition; 4],
+    > = std::sync::OnceLock::new();
+    CRDS.get_or_init(|| {
+        [
+            Machine::crd(),
+            MachineClass::crd(),
+            MachineSet::crd(),
+            DiscoveredMachine::crd(),
+        ]
+    })
 }
 
 /// The CustomResourceDefinitions of every metalherd kind, as one
@@ -154,7 +158,7 @@ pub fn crds_yaml() -> anyhow::Result<String> {
     let mut out = String::new();
     for crd in crds() {
         out.push_str("---\n");
-        out.push_str(&serde_yaml::to_string(&crd)?);
+        out.push_str(&serde_yaml::to_string(crd)?);
     }
     Ok(out)
 }

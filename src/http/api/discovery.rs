@@ -139,7 +139,7 @@ pub fn core_resources() -> Value {
 pub fn metalherd_resources() -> Value {
     let mut resources = Vec::new();
     for crd in crate::api::crds() {
-        resources.extend(crd_resources(&crd));
+        resources.extend(crd_resources(crd));
     }
     json!({
         "kind": "APIResourceList",

@@ -104,25 +104,26 @@ fn columns(kind: Kind) -> Vec<Column> {
 fn crd_columns(kind: Kind) -> Vec<Column> {
     let mut cols = vec![column("Name", "string", 0, Some(".metadata.name"))];
     let version = crate::api::crds()
-        .into_iter()
+        .iter()
         .find(|c| c.spec.names.kind == kind.as_str())
         .and_then(|c| {
             c.spec
                 .versions
-                .into_iter()
+                .iter()
                 .find(|v| v.name == crate::api::VERSION)
         });
     for c in version
-        .and_then(|v| v.additional_printer_columns)
-        .unwrap_or_default()
+        .and_then(|v| v.additional_printer_columns.as_ref())
+        .into_iter()
+        .flatten()
     {
         cols.push(Column {
-            name: c.name,
-            type_: c.type_,
-            format: c.format.unwrap_or_default(),
-            description: c.description.unwrap_or_default(),
+            name: c.name.clone(),
+            type_: c.type_.clone(),
+            format: c.format.clone().unwrap_or_default(),
+            description: c.description.clone().unwrap_or_default(),
             priority: c.priority.unwrap_or(0),
-            path: Some(c.json_path),
+            path: Some(c.json_path.clone()),
         });
     }
     cols
