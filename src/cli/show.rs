@@ -26,39 +26,9 @@ fn ts(o: &Value, ptr: &str) -> Option<Timestamp> {
     o.pointer(ptr)?.as_str()?.parse().ok()
 }
 
-/// kubectl's short human duration (`45s`, `3m12s`, `2h`, `5d3h`).
-pub fn human_age(secs: i64) -> String {
-    if secs < 0 {
-        return "0s".into();
-    }
-    let (m, h, d) = (secs / 60, secs / 3600, secs / 86400);
-    if secs < 120 {
-        format!("{secs}s")
-    } else if m < 10 {
-        match secs % 60 {
-            0 => format!("{m}m"),
-            r => format!("{m}m{r}s"),
-        }
-    } else if h < 3 {
-        format!("{m}m")
-    } else if h < 8 {
-        match m % 60 {
-            0 => format!("{h}h"),
-            r => format!("{h}h{r}m"),
-        }
-    } else if h < 48 {
-        format!("{h}h")
-    } else if h < 24 * 8 {
-        match h % 24 {
-            0 => format!("{d}d"),
-            r => format!("{d}d{r}h"),
-        }
-    } else if d < 365 * 2 {
-        format!("{d}d")
-    } else {
-        format!("{}y", d / 365)
-    }
-}
+/// kubectl's short human duration (`45s`, `3m12s`, `2h`, `5d3h`), as the
+/// server's tables print ages.
+pub use crate::http::api::table::human_age;
 
 fn age_of(t: Option<Timestamp>, now: Timestamp) -> String {
     match t {

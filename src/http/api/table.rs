@@ -149,9 +149,44 @@ pub fn eval<'a>(o: &'a Value, path: &str) -> Option<&'a Value> {
     (!cur.is_null()).then_some(cur)
 }
 
+/// kubectl's short human duration (`45s`, `3m12s`, `2h`, `5d3h`), as
+/// kube-apiserver prints ages in tables.
+pub fn human_age(secs: i64) -> String {
+    if secs < 0 {
+        return "0s".into();
+    }
+    let (m, h, d) = (secs / 60, secs / 3600, secs / 86400);
+    if secs < 120 {
+        format!("{secs}s")
+    } else if m < 10 {
+        match secs % 60 {
+            0 => format!("{m}m"),
+            r => format!("{m}m{r}s"),
+        }
+    } else if h < 3 {
+        format!("{m}m")
+    } else if h < 8 {
+        match m % 60 {
+            0 => format!("{h}h"),
+            r => format!("{h}h{r}m"),
+        }
+    } else if h < 48 {
+        format!("{h}h")
+    } else if h < 24 * 8 {
+        match h % 24 {
+            0 => format!("{d}d"),
+            r => format!("{d}d{r}h"),
+        }
+    } else if d < 365 * 2 {
+        format!("{d}d")
+    } else {
+        format!("{}y", d / 365)
+    }
+}
+
 fn age(v: &Value, now: Timestamp) -> Value {
     match v.as_str().and_then(|s| s.parse::<Timestamp>().ok()) {
-        Some(t) => json!(crate::cli::show::human_age(now.as_second() - t.as_second())),
+        Some(t) => json!(human_age(now.as_second() - t.as_second())),
         None => Value::Null,
     }
 }
