@@ -14,7 +14,11 @@
 //!   History keeps `revisionHistoryLimit` revisions plus any still pinned.
 //! - **Claims.** Short of `replicas`, claim candidates (by name), pinned to
 //!   the update revision (or the last good one when the update is bad).
-//!   Too few: condition `PoolShort`, `wanted N, claimable M`.
+//!   A candidate is claimable when it is Available, unclaimed and not
+//!   paused (`metalherd.dev/paused`: its owner said hands off, and a set
+//!   must not start a boot the Machine controller would refuse to run).
+//!   Too few: condition `PoolShort`, `wanted N, claimable M` (M counts the
+//!   set's machines plus the claimable candidates).
 //! - **Release.** Over `replicas`, release not Ready machines first, then
 //!   the newest (by creation time).
 //! - **Batches.** One batch at a time. A batch is recorded in status before
@@ -73,6 +77,8 @@ pub struct MachineView {
     pub pinned: Option<i64>,
     /// The hash of what it installed last (`status.provisionedRevision`).
     pub installed: Option<String>,
+    /// It carries `metalherd.dev/paused`: never claimed while it does.
+    pub paused: bool,
     pub health: Health,
 }
 
@@ -93,7 +99,8 @@ pub struct Input<'a> {
     pub set: &'a MachineSet,
     /// Machines that carry this set's claim.
     pub claimed: Vec<MachineView>,
-    /// Available, unclaimed machines matching the selector.
+    /// Unclaimed machines matching the selector (only the Available, not
+    /// paused ones are claimed).
     pub candidates: Vec<MachineView>,
     /// The template's class as it is now (`None`: it does not exist).
     pub class: Option<&'a MachineClassSpec>,
@@ -337,15 +344,15 @@ impl Planner<'_> {
         let want = usize::try_from(self.i.set.spec.replicas).unwrap_or(0);
         let have = self.i.claimed.len();
         if have < want {
-            let claimable = have + self.i.candidates.len();
+            let mut cands: Vec<&MachineView> = self
+                .i
+                .candidates
+                .iter()
+                .filter(|c| c.phase == MachinePhase::Available && c.pinned.is_none() && !c.paused)
+                .collect();
+            cands.sort_by(|a, b| a.name.cmp(&b.name));
+            let claimable = have + cands.len();
             if let Some(rev) = self.claim_revision(update) {
-                let mut cands: Vec<&MachineView> = self
-                    .i
-                    .candidates
-                    .iter()
-                    .filter(|c| c.phase == MachinePhase::Available && c.pinned.is_none())
-                    .collect();
-                cands.sort_by(|a, b| a.name.cmp(&b.name));
                 for c in cands.into_iter().take(want - have) {
                     self.actions.push(Action::Claim {
                         machine: c.name.clone(),

@@ -70,6 +70,7 @@ fn m(name: &str, phase: MachinePhase, pinned: Option<i64>, installed: Option<&st
         phase,
         pinned,
         installed: installed.map(str::to_string),
+        paused: false,
         health: Health::default(),
     }
 }
@@ -198,6 +199,28 @@ fn candidates_not_available_or_claimed_are_skipped() {
     let mut taken = avail("c");
     taken.pinned = Some(1);
     let p = run(&s, vec![], vec![avail("a"), busy, taken], &class("1.0"), 0);
+    assert_eq!(claims(&p), ["a"]);
+}
+
+#[test]
+fn paused_candidates_are_neither_claimed_nor_counted() {
+    let s = set(3, json!(1), json!({}));
+    let mut held = avail("a");
+    held.paused = true;
+    let p = run(
+        &s,
+        vec![],
+        vec![held, avail("b"), avail("c")],
+        &class("1.0"),
+        0,
+    );
+    assert_eq!(claims(&p), ["b", "c"]);
+    assert_eq!(
+        cond_msg(&p, cond::POOL),
+        "False PoolShort wanted 3, claimable 2"
+    );
+    // Unpaused, it is claimed like any other.
+    let p = run(&s, vec![], vec![avail("a")], &class("1.0"), 1);
     assert_eq!(claims(&p), ["a"]);
 }
 

@@ -71,6 +71,7 @@ impl MachineSetReconciler {
             phase: st.and_then(|s| s.phase).unwrap_or_default(),
             pinned: pinned.or_else(|| labels(m).get(SET_LABEL).map(|_| 0)),
             installed: st.and_then(|s| s.provisioned_revision.clone()),
+            paused: m.is_paused(),
             health: Health::default(),
         }
     }
@@ -253,7 +254,12 @@ impl MachineSetReconciler {
         let ns = set.metadata.namespace.as_deref().unwrap_or("default");
         let mut m: Machine = self.store.get_obj(ns, name).await?;
         let phase = m.status.as_ref().and_then(|s| s.phase);
-        if labels(&m).contains_key(SET_LABEL) || phase != Some(MachinePhase::Available) {
+        // As read now, not as planned: claimed meanwhile, busy, or paused
+        // by its owner since the plan was made.
+        if labels(&m).contains_key(SET_LABEL)
+            || phase != Some(MachinePhase::Available)
+            || m.is_paused()
+        {
             return Ok(());
         }
         let set_name = set.metadata.name.clone().unwrap_or_default();

@@ -259,3 +259,46 @@ async fn two_sets_racing_for_one_pool_never_share_a_machine() {
         }
     }
 }
+
+#[tokio::test]
+async fn a_paused_machine_is_not_claimed_until_unpaused() {
+    let e = env();
+    for n in ["m1", "m2"] {
+        available(&e, n).await;
+    }
+    let pause = |paused: bool| {
+        let store = e.store.clone();
+        async move {
+            let mut m: Machine = store.get_obj("default", "m1").await.unwrap();
+            let a = m.metadata.annotations.get_or_insert_default();
+            if paused {
+                a.insert(PAUSED_ANNOTATION.to_string(), "true".to_string());
+            } else {
+                a.remove(PAUSED_ANNOTATION);
+            }
+            store.update_obj(&m).await.unwrap();
+        }
+    };
+    pause(true).await;
+    class_obj(&e, "1.0").await;
+    set(&e, "workers", 2).await;
+    let r = reconciler(&e);
+    reconcile(&r, "workers").await;
+    let c = claims(&e).await;
+    assert_eq!(c.keys().collect::<Vec<_>>(), ["m2"], "{c:?}");
+    let m1: Machine = e.store.get_obj("default", "m1").await.unwrap();
+    assert!(m1.spec.class_ref.is_none(), "a paused machine got a class");
+    let s: MachineSet = e.store.get_obj("default", "workers").await.unwrap();
+    let pool = s
+        .status
+        .unwrap()
+        .conditions
+        .into_iter()
+        .find(|c| c.type_ == cond::POOL)
+        .unwrap();
+    assert_eq!(pool.message, "wanted 2, claimable 1");
+    pause(false).await;
+    reconcile(&r, "workers").await;
+    let c = claims(&e).await;
+    assert_eq!(c.keys().collect::<Vec<_>>(), ["m1", "m2"], "{c:?}");
+}
