@@ -51,6 +51,7 @@ use crate::api::machine_set::{
 };
 use crate::api::validate::{MaxUnavailable, parse_max_unavailable};
 use crate::api::{Condition, MachineClassSpec, MachineOverrides, MachinePhase};
+use crate::store::Selector;
 
 /// Annotation `rollout undo` sets: the revision the template was reset to.
 pub const UNDO_ANNOTATION: &str = "metalherd.dev/undo-to-revision";
@@ -220,6 +221,10 @@ pub fn plan(i: &Input<'_>) -> Plan {
         generation: i.set.metadata.generation,
     };
     p.st.observed_generation = p.generation;
+    // For the scale subresource (`labelSelectorPath: .status.selector`).
+    p.st.selector = Selector::from_label_selector(&i.set.spec.selector)
+        .ok()
+        .map(|s| s.to_string());
     let update = p.revisions();
     p.scale(update);
     if let Some(update) = update {

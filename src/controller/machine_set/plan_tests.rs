@@ -166,6 +166,7 @@ fn claims_up_to_replicas_by_name() {
         0,
     );
     assert_eq!(claims(&p), ["a", "b"]);
+    assert_eq!(p.status.selector.as_deref(), Some("role=worker"));
     assert_eq!(p.status.update_revision, Some(1));
     assert_eq!(p.status.revisions.len(), 1);
     assert_eq!(
