@@ -53,8 +53,7 @@ use crate::api::validate::{MaxUnavailable, parse_max_unavailable};
 use crate::api::{Condition, MachineClassSpec, MachineOverrides, MachinePhase};
 use crate::store::Selector;
 
-/// Annotation `rollout undo` sets: the revision the template was reset to.
-pub const UNDO_ANNOTATION: &str = "metalherd.dev/undo-to-revision";
+pub use crate::api::machine_set::UNDO_ANNOTATION;
 /// A batch has this long to pass its gate when the set says nothing.
 pub const DEFAULT_PROGRESS_DEADLINE: Duration = Duration::from_secs(600);
 
