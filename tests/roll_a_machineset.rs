@@ -1,0 +1,533 @@
+//! Stories: roll a MachineSet, and roll back a bad revision, on the
+//! simulated rack (tests/common/sim_rack.rs: in-process Redfish BMCs and
+//! servers that walk the boot path against a real `metalherd serve`; no
+//! VMs). Everything a user does goes through the CLI: `apply`, `scale`,
+//! `rollout status|history|undo`.
+//!
+//! - `roll_a_machineset`: a set of 4 (maxUnavailable 2) is scaled up from
+//!   2, then its template's class changes. `rollout status` follows the
+//!   rollout to completion in two batches of two; a watch of the Machines
+//!   and the set never sees more than 2 out of service (not Ready, or in
+//!   the batch in flight and not through its gate); each server is
+//!   reimaged exactly once. `rollout history` shows both revisions, and
+//!   `rollout undo` returns every server to revision 1, batch by batch.
+//! - `rollback_a_bad_revision`: the new revision's OS answers its health
+//!   probe with 500. The first batch never passes its gate within the
+//!   progress deadline: `rollout status` exits non-zero naming the probe's
+//!   answer, the batch is reimaged back to revision 1 (`RolledBack`), the
+//!   revision is marked bad, and the other two servers were never touched.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod common;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use common::rack::*;
+use common::server::{Server, text};
+use common::sim_rack::{SimRack, bmc_credentials};
+use futures::StreamExt;
+use serde_json::{Value, json};
+
+const SETS: &str = "/apis/metalherd.dev/v1alpha1/namespaces/default/machinesets";
+
+struct Story {
+    api: Arc<Server>,
+    rack: SimRack,
+    dir: tempfile::TempDir,
+}
+
+/// Start the rack and `metalherd serve`, declare the classes (`extra`:
+/// `(name, image version, kernel args)`) and the Machines, and wait until
+/// every Machine is Available.
+async fn story(prefix: &str, subnet: u8, classes: &[(&str, &str, &[&str])]) -> Story {
+    let dir = tempfile::tempdir().unwrap();
+    for f in ["vmlinuz", "initrd"] {
+        std::fs::write(dir.path().join(f), f.as_bytes()).unwrap();
+    }
+    std::fs::create_dir_all(dir.path().join("assets")).unwrap();
+    let boot_port = common::free_port();
+    let boot_url = format!("http://127.0.0.1:{boot_port}");
+    let rack = SimRack::start(prefix, 4, subnet, &boot_url).await;
+    let config = controller_config(
+        "",
+        &format!(
+            "boot:\n  listen: 127.0.0.1:{boot_port}\n  assetsDir: {}\n  waitSeconds: 1\n",
+            dir.path().join("assets").display()
+        ),
+    );
+    let api = tokio::task::spawn_blocking(move || Server::start_with_config(Some(&config)))
+        .await
+        .unwrap();
+    let api = Arc::new(api);
+    let mut docs = Vec::new();
+    for (name, version, args) in classes {
+        let mut c = common::bootlab::class(
+            name,
+            common::bootlab::file_artifact(&dir.path().join("vmlinuz")),
+            common::bootlab::file_artifact(&dir.path().join("initrd")),
+            args,
+        );
+        c.spec.image.version = version.to_string();
+        let mut c = serde_json::to_value(&c).unwrap();
+        c["apiVersion"] = json!("metalherd.dev/v1alpha1");
+        c["kind"] = json!("MachineClass");
+        docs.push(c);
+    }
+    let (user, pw) = bmc_credentials();
+    let a = api.clone();
+    let manifests: Vec<Value> = (0..rack.machines.len())
+        .map(|i| rack.manifest(i, "bmc", json!({"role": "worker"})))
+        .collect();
+    tokio::task::spawn_blocking(move || {
+        put_secret(&a, "bmc", &user, &pw);
+        let join = json!({"apiVersion": "v1", "kind": "Secret",
+            "metadata": {"name": "join", "namespace": "default"},
+            "stringData": {"token": "abcdef.0123456789abcdef"}});
+        let (code, body) = a.req("POST", "/api/v1/namespaces/default/secrets", Some(&join));
+        assert!(code < 300, "join secret: {code} {body}");
+        for c in &docs {
+            let (code, body) = a.req(
+                "POST",
+                "/apis/metalherd.dev/v1alpha1/namespaces/default/machineclasses",
+                Some(c),
+            );
+            assert!(code < 300, "class: {code} {body}");
+        }
+        for m in &manifests {
+            let (code, body) = a.req(
+                "POST",
+                "/apis/metalherd.dev/v1alpha1/namespaces/default/machines",
+                Some(m),
+            );
+            assert!(code < 300, "machine: {code} {body}");
+        }
+        for m in &manifests {
+            let name = m["metadata"]["name"].as_str().unwrap();
+            wait_phase(&a, name, "Available", Duration::from_secs(60));
+        }
+    })
+    .await
+    .unwrap();
+    Story { api, rack, dir }
+}
+
+impl Story {
+    /// `metalherd ARGS`: (success, stdout, stderr).
+    async fn cli(&self, args: &[&str]) -> (bool, String, String) {
+        let api = self.api.clone();
+        let args: Vec<String> = args.iter().map(|s| s.to_string()).collect();
+        tokio::task::spawn_blocking(move || {
+            let a: Vec<&str> = args.iter().map(String::as_str).collect();
+            let o = api.cli(&a);
+            let (out, err) = text(&o);
+            eprintln!("$ metalherd {}\n{out}{err}", a.join(" "));
+            (o.status.success(), out, err)
+        })
+        .await
+        .unwrap()
+    }
+
+    /// `metalherd apply` of the set `workers` with this class and replicas.
+    async fn apply_set(&self, class: &str, replicas: i32, deadline: u32) {
+        let set = json!({
+            "apiVersion": "metalherd.dev/v1alpha1", "kind": "MachineSet",
+            "metadata": {"name": "workers", "namespace": "default"},
+            "spec": {
+                "replicas": replicas,
+                "selector": {"matchLabels": {"role": "worker"}},
+                "template": {"labels": {"pool": "workers"}, "classRef": {"name": class}},
+                "updateStrategy": {
+                    "type": "InPlace", "maxUnavailable": 2,
+                    "progressDeadlineSeconds": deadline, "autoRollback": true,
+                    "healthCheck": {"nodeReadySeconds": 1, "httpProbe": {
+                        "url": format!("http://{{{{address}}}}:{}/healthz", self.rack.health_port),
+                        "expectedStatus": 200}}
+                }
+            }
+        });
+        let path = self.dir.path().join("workers.json");
+        std::fs::write(&path, set.to_string()).unwrap();
+        let (ok, out, err) = self.cli(&["apply", "-f", path.to_str().unwrap()]).await;
+        assert!(ok, "apply: {out}{err}");
+    }
+
+    async fn set(&self) -> Value {
+        let api = self.api.clone();
+        tokio::task::spawn_blocking(move || api.req("GET", &format!("{SETS}/workers"), None).1)
+            .await
+            .unwrap()
+    }
+
+    async fn machines(&self) -> Vec<Value> {
+        let api = self.api.clone();
+        tokio::task::spawn_blocking(move || {
+            let (_, l) = api.req(
+                "GET",
+                "/apis/metalherd.dev/v1alpha1/namespaces/default/machines",
+                None,
+            );
+            l["items"].as_array().cloned().unwrap_or_default()
+        })
+        .await
+        .unwrap()
+    }
+
+    /// Every machine pinned to `rev` and installed with it.
+    async fn all_on(&self, rev: i64) {
+        let set = self.set().await;
+        let hash = set["status"]["revisions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["revision"] == rev)
+            .map(|r| r["hash"].clone())
+            .unwrap();
+        for m in self.machines().await {
+            let name = &m["metadata"]["name"];
+            assert_eq!(
+                m["metadata"]["labels"]["metalherd.dev/machineset-revision"],
+                rev.to_string(),
+                "{name}"
+            );
+            assert_eq!(m["status"]["provisionedRevision"], hash, "{name}");
+            assert_eq!(m["status"]["phase"], "Ready", "{name}");
+        }
+    }
+}
+
+/// Most machines out of service at once, from watches of the Machines and
+/// the set: not Ready, or a member of the batch in flight that has not
+/// passed its gate. Runs until aborted.
+#[derive(Default)]
+struct OutOfService {
+    not_ready: BTreeSet<String>,
+    gating: BTreeSet<String>,
+    peak: usize,
+    peak_at: Vec<String>,
+}
+
+impl OutOfService {
+    fn update(&mut self) {
+        let out: BTreeSet<&String> = self.not_ready.union(&self.gating).collect();
+        if out.len() > self.peak {
+            self.peak = out.len();
+            self.peak_at = out.into_iter().cloned().collect();
+        }
+    }
+}
+
+async fn watch_out_of_service(api: &Server, seen: Arc<Mutex<OutOfService>>) {
+    let c = reqwest::Client::new();
+    let stream = |plural: &str| {
+        let url = format!(
+            "{}/apis/metalherd.dev/v1alpha1/namespaces/default/{plural}?watch=true",
+            api.url
+        );
+        c.get(url).bearer_auth(&api.token).send()
+    };
+    let machines = stream("machines").await.unwrap().bytes_stream();
+    let sets = stream("machinesets").await.unwrap().bytes_stream();
+    tokio::spawn(async move {
+        let mut both = futures::stream::select(machines, sets);
+        let mut buf = Vec::new();
+        while let Some(Ok(chunk)) = both.next().await {
+            // Each chunk is whole lines (one event per write).
+            buf.extend_from_slice(&chunk);
+            while let Some(i) = buf.iter().position(|b| *b == b'\n') {
+                let line: Vec<u8> = buf.drain(..=i).collect();
+                let Ok(ev) = serde_json::from_slice::<Value>(&line) else {
+                    continue;
+                };
+                let o = &ev["object"];
+                let mut s = seen.lock().unwrap();
+                if o["kind"] == "Machine" {
+                    let name = o["metadata"]["name"].as_str().unwrap_or("").to_string();
+                    if o["status"]["phase"] == "Ready" {
+                        s.not_ready.remove(&name);
+                    } else {
+                        s.not_ready.insert(name);
+                    }
+                } else {
+                    let b = &o["status"]["currentBatch"];
+                    s.gating = b["machines"]
+                        .as_array()
+                        .into_iter()
+                        .flatten()
+                        .filter(|m| m["passed"] != true)
+                        .filter_map(|m| m["name"].as_str().map(str::to_string))
+                        .collect();
+                }
+                s.update();
+            }
+        }
+    });
+}
+
+fn passed_batches(out: &str, rev: i64) -> BTreeMap<i64, Vec<String>> {
+    let mut b = BTreeMap::new();
+    for l in out.lines() {
+        let Some(rest) = l.strip_prefix("batch ") else {
+            continue;
+        };
+        let Some((n, names)) = rest.split_once(&format!(" of revision {rev} passed its gate: "))
+        else {
+            continue;
+        };
+        b.insert(
+            n.parse().unwrap(),
+            names.split(", ").map(str::to_string).collect(),
+        );
+    }
+    b
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn roll_a_machineset() {
+    let s = story(
+        "w",
+        1,
+        &[
+            ("flatcar-a", "4230.2.3", &["console=ttyS0"]),
+            ("flatcar-b", "4230.2.4", &["console=ttyS0"]),
+        ],
+    )
+    .await;
+    // Two first, then scaled to four through /scale.
+    s.apply_set("flatcar-a", 2, 120).await;
+    let (ok, out, err) = s
+        .cli(&["scale", "machineset", "workers", "--replicas", "4"])
+        .await;
+    assert!(ok, "{out}{err}");
+    assert!(out.contains("scaled from 2 to 4 replicas"), "{out}");
+    let (ok, out, err) = s
+        .cli(&[
+            "rollout",
+            "status",
+            "machineset",
+            "workers",
+            "--timeout",
+            "60s",
+        ])
+        .await;
+    if !ok {
+        let m = s.machines().await;
+        panic!(
+            "first rollout: {out}{err}\nmachine: {:#}\n{}",
+            m[0]["status"],
+            tail(&s.api.log(), 40)
+        );
+    }
+    assert!(
+        out.contains("successfully rolled out: revision 1 on 4 machines"),
+        "{out}"
+    );
+    s.all_on(1).await;
+    assert_eq!(s.rack.boots(), [1, 1, 1, 1]);
+
+    // The template's class changes: revision 2, in batches of 2.
+    let seen = Arc::new(Mutex::new(OutOfService::default()));
+    watch_out_of_service(&s.api, seen.clone()).await;
+    s.apply_set("flatcar-b", 4, 120).await;
+    let (ok, out, err) = s
+        .cli(&[
+            "rollout",
+            "status",
+            "machineset",
+            "workers",
+            "--timeout",
+            "3m",
+        ])
+        .await;
+    assert!(ok, "rollout: {out}{err}\n{}", tail(&s.api.log(), 40));
+    assert!(
+        out.contains("successfully rolled out: revision 2 on 4 machines"),
+        "{out}"
+    );
+    let batches = passed_batches(&out, 2);
+    assert_eq!(batches.len(), 2, "two batches: {out}");
+    let all: BTreeSet<&String> = batches.values().flatten().collect();
+    assert_eq!(all.len(), 4, "each machine in one batch: {batches:?}");
+    assert!(batches.values().all(|b| b.len() == 2), "{batches:?}");
+    assert!(out.contains("batch 2 of revision 2 started"), "{out}");
+    assert!(
+        out.contains("Reimaging (revision 2)"),
+        "machine phases: {out}"
+    );
+    s.all_on(2).await;
+    assert_eq!(s.rack.boots(), [2, 2, 2, 2], "each reimaged exactly once");
+    {
+        let o = seen.lock().unwrap();
+        assert!(
+            o.peak <= 2,
+            "{} out of service at once: {:?}",
+            o.peak,
+            o.peak_at
+        );
+        assert_eq!(o.peak, 2, "the batches ran two at a time");
+    }
+
+    // History: both revisions, 2 current with every machine.
+    let (ok, out, err) = s
+        .cli(&["rollout", "history", "machineset", "workers"])
+        .await;
+    assert!(ok, "{out}{err}");
+    let row = |n: &str| {
+        out.lines()
+            .find(|l| l.split_whitespace().next() == Some(n))
+            .unwrap_or_else(|| panic!("no revision {n}: {out}"))
+            .split_whitespace()
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        row("1")[1..5],
+        ["flatcar-a", "flatcar", "4230.2.3", "0"],
+        "{out}"
+    );
+    assert_eq!(
+        row("2")[1..5],
+        ["flatcar-b", "flatcar", "4230.2.4", "4"],
+        "{out}"
+    );
+    assert!(
+        out.lines()
+            .any(|l| l.starts_with("2 ") && l.ends_with("current")),
+        "{out}"
+    );
+
+    // Undo: back to revision 1, again two at a time.
+    let (ok, out, err) = s.cli(&["rollout", "undo", "machineset", "workers"]).await;
+    assert!(ok, "{out}{err}");
+    assert!(out.contains("rolled back to revision 1"), "{out}");
+    let (ok, out, err) = s
+        .cli(&[
+            "rollout",
+            "status",
+            "machineset",
+            "workers",
+            "--timeout",
+            "3m",
+        ])
+        .await;
+    assert!(ok, "undo rollout: {out}{err}\n{}", tail(&s.api.log(), 40));
+    assert!(
+        out.contains("successfully rolled out: revision 1 on 4 machines"),
+        "{out}"
+    );
+    assert_eq!(passed_batches(&out, 1).len(), 2, "{out}");
+    s.all_on(1).await;
+    assert_eq!(s.rack.boots(), [3, 3, 3, 3]);
+    assert!(seen.lock().unwrap().peak <= 2);
+    let (ok, out, _) = s
+        .cli(&["rollout", "history", "machineset", "workers"])
+        .await;
+    assert!(ok);
+    assert!(
+        out.lines()
+            .any(|l| l.starts_with("1 ") && l.ends_with("current")),
+        "{out}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn rollback_a_bad_revision() {
+    let s = story(
+        "b",
+        2,
+        &[
+            ("flatcar-a", "4230.2.3", &["console=ttyS0"]),
+            ("flatcar-bad", "4230.2.5", &["console=ttyS0", "health=500"]),
+        ],
+    )
+    .await;
+    s.apply_set("flatcar-a", 4, 15).await;
+    let (ok, out, err) = s
+        .cli(&[
+            "rollout",
+            "status",
+            "machineset",
+            "workers",
+            "--timeout",
+            "3m",
+        ])
+        .await;
+    assert!(ok, "first rollout: {out}{err}\n{}", tail(&s.api.log(), 40));
+    assert_eq!(s.rack.boots(), [1, 1, 1, 1]);
+
+    s.apply_set("flatcar-bad", 4, 15).await;
+    let (ok, out, err) = s
+        .cli(&[
+            "rollout",
+            "status",
+            "machineset",
+            "workers",
+            "--timeout",
+            "3m",
+        ])
+        .await;
+    assert!(!ok, "a failed rollout exits non-zero: {out}{err}");
+    assert!(err.contains("failed"), "{err}");
+    assert!(err.contains("answered 500, want 200"), "{err}");
+    assert!(
+        out.contains("batch 1 of revision 2 started: b1, b2"),
+        "{out}"
+    );
+
+    // The failed batch is reimaged back to revision 1.
+    let mut state = Value::Null;
+    for _ in 0..240 {
+        state = s.set().await;
+        if state["status"]["rolloutState"] == "RolledBack" {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    assert_eq!(
+        state["status"]["rolloutState"],
+        "RolledBack",
+        "{state:#}\n{}",
+        tail(&s.api.log(), 40)
+    );
+    s.all_on(1).await;
+    // b1, b2: install, bad revision, back; b3, b4 never touched.
+    assert_eq!(s.rack.boots(), [3, 3, 1, 1]);
+    let f = &state["status"]["lastFailure"];
+    assert_eq!(f["reason"], "ProgressDeadlineExceeded", "{f}");
+    assert_eq!(f["machines"], json!(["b1", "b2"]));
+    let bad = state["status"]["revisions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["revision"] == 2)
+        .unwrap();
+    assert_eq!(bad["bad"], true);
+    let warned = events(&s.api, "workers")
+        .into_iter()
+        .any(|(reason, _, msg)| reason == "ProgressDeadlineExceeded" && msg.contains("b1"));
+    assert!(warned, "{:?}", events(&s.api, "workers"));
+
+    let (ok, out, _) = s
+        .cli(&["rollout", "history", "machineset", "workers"])
+        .await;
+    assert!(ok);
+    assert!(
+        out.lines()
+            .any(|l| l.starts_with("2 ") && l.contains("bad")),
+        "{out}"
+    );
+    // Asked again, the rollout still reports its failure.
+    let (ok, _, err) = s
+        .cli(&[
+            "rollout",
+            "status",
+            "machineset",
+            "workers",
+            "--timeout",
+            "30s",
+        ])
+        .await;
+    assert!(!ok);
+    assert!(err.contains("rolled back to revision 1"), "{err}");
+    let _ = s.rack.by_name("b1");
+}
