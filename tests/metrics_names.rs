@@ -52,6 +52,9 @@ fn metrics_share_one_prefix() {
         "metalherd_bmc_http_retries",
         "metalherd_reconciles_running",
         "metalherd_ipmi_sessions",
+        "metalherd_machineset_rollouts",
+        "metalherd_machineset_batch_seconds",
+        "metalherd_machineset_machines_out_of_service",
     ];
     let text = common::proc::wait_for(Duration::from_secs(60), || {
         let t = metrics(&s);

@@ -153,6 +153,27 @@ impl Story {
         assert!(ok, "apply: {out}{err}");
     }
 
+    /// The value of one sample line of `/metrics` (0 when absent).
+    async fn metric(&self, sample: &str) -> f64 {
+        let api = self.api.clone();
+        let sample = format!("{sample} ");
+        tokio::task::spawn_blocking(move || {
+            let out = api
+                .command("curl")
+                .args(["-s", "-H", &format!("Authorization: Bearer {}", api.token)])
+                .arg(format!("{}/metrics", api.url))
+                .output()
+                .unwrap();
+            String::from_utf8_lossy(&out.stdout)
+                .lines()
+                .find_map(|l| l.strip_prefix(&sample))
+                .and_then(|v| v.trim().parse().ok())
+                .unwrap_or(0.0)
+        })
+        .await
+        .unwrap()
+    }
+
     async fn set(&self) -> Value {
         let api = self.api.clone();
         tokio::task::spawn_blocking(move || api.req("GET", &format!("{SETS}/workers"), None).1)
@@ -428,6 +449,15 @@ async fn roll_a_machineset() {
             .any(|l| l.starts_with("1 ") && l.ends_with("current")),
         "{out}"
     );
+    // Metrics: three or four rollouts complete (the first may also have
+    // completed at 2 replicas before the scale), four update batches passed.
+    let complete = "metalherd_machineset_rollouts_total{outcome=\"complete\"}";
+    let complete = s.metric(complete).await;
+    assert!((3.0..=4.0).contains(&complete), "{complete}");
+    let passed = "metalherd_machineset_batch_seconds_count{kind=\"update\",outcome=\"passed\"}";
+    assert_eq!(s.metric(passed).await, 4.0);
+    let out = "metalherd_machineset_machines_out_of_service{machineset=\"default/workers\"}";
+    assert_eq!(s.metric(out).await, 0.0);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -516,6 +546,26 @@ async fn rollback_a_bad_revision() {
             .any(|l| l.starts_with("2 ") && l.contains("bad")),
         "{out}"
     );
+    for (sample, want) in [
+        (
+            "metalherd_machineset_rollouts_total{outcome=\"failed\"}",
+            1.0,
+        ),
+        (
+            "metalherd_machineset_rollouts_total{outcome=\"rolled_back\"}",
+            1.0,
+        ),
+        (
+            "metalherd_machineset_batch_seconds_count{kind=\"update\",outcome=\"failed\"}",
+            1.0,
+        ),
+        (
+            "metalherd_machineset_batch_seconds_count{kind=\"rollback\",outcome=\"passed\"}",
+            1.0,
+        ),
+    ] {
+        assert_eq!(s.metric(sample).await, want, "{sample}");
+    }
     // Asked again, the rollout still reports its failure.
     let (ok, _, err) = s
         .cli(&[
@@ -529,5 +579,4 @@ async fn rollback_a_bad_revision() {
         .await;
     assert!(!ok);
     assert!(err.contains("rolled back to revision 1"), "{err}");
-    let _ = s.rack.by_name("b1");
 }

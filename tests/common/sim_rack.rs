@@ -115,13 +115,6 @@ impl SimRack {
             .map(|m| m.boots.load(Ordering::SeqCst))
             .collect()
     }
-
-    pub fn by_name(&self, name: &str) -> &SimMachine {
-        self.machines
-            .iter()
-            .find(|m| m.name == name)
-            .expect("a simulated machine of that name")
-    }
 }
 
 /// The BMC credentials every simulated server takes.

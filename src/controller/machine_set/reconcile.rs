@@ -15,6 +15,7 @@ use std::time::Duration;
 use jiff::Timestamp;
 use tracing::Instrument;
 
+use super::metrics;
 use super::pin::pin_of;
 use super::plan::{Action, Health, Input, MachineView, plan};
 use super::probe::Prober;
@@ -133,6 +134,7 @@ impl MachineSetReconciler {
                 Err(e) => return Err(e.into()),
             }
         }
+        metrics::forget(&key.to_string());
         Ok(Requeue::Forget)
     }
 
@@ -199,6 +201,8 @@ impl MachineSetReconciler {
             s.status = Some(p.status.clone());
             self.store.update_status_obj(&s).await?;
         }
+        let old = set.status.clone().unwrap_or_default();
+        metrics::record(&key.to_string(), &metrics::changes(&old, &p.status));
         let mut conflicts = false;
         for a in &p.actions {
             let r = match a {
