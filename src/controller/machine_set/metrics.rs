@@ -62,6 +62,17 @@ pub fn global() -> &'static SetMetrics {
 /// Add the MachineSet metrics to a registry (names under its prefix).
 pub fn register(registry: &mut Registry) {
     let m = global();
+    // Every known label value from the start, at zero, so a rate over a
+    // first failure is not lost.
+    for outcome in ["complete", "failed", "rolled_back"] {
+        m.rollouts.get_or_create(&OutcomeLabels { outcome });
+    }
+    for kind in ["update", "rollback"] {
+        for outcome in ["passed", "failed"] {
+            m.batch_seconds
+                .get_or_create(&BatchLabels { kind, outcome });
+        }
+    }
     registry.register(
         "machineset_rollouts",
         "MachineSet rollouts finished, by outcome (complete, failed, rolled_back)",
