@@ -65,11 +65,12 @@ pub fn register(registry: &mut Registry) {
     // Every known label value from the start, at zero, so a rate over a
     // first failure is not lost.
     for outcome in ["complete", "failed", "rolled_back"] {
-        m.rollouts.get_or_create(&OutcomeLabels { outcome });
+        let _ = m.rollouts.get_or_create(&OutcomeLabels { outcome });
     }
     for kind in ["update", "rollback"] {
         for outcome in ["passed", "failed"] {
-            m.batch_seconds
+            let _ = m
+                .batch_seconds
                 .get_or_create(&BatchLabels { kind, outcome });
         }
     }
