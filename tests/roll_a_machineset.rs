@@ -16,6 +16,11 @@
 //!   progress deadline: `rollout status` exits non-zero naming the probe's
 //!   answer, the batch is reimaged back to revision 1 (`RolledBack`), the
 //!   revision is marked bad, and the other two servers were never touched.
+//! - `a_rollout_resumes_after_sigkill`: `metalherd serve` is killed with
+//!   SIGKILL while batch 1 reimages and again as batch 2 is recorded; each
+//!   time it starts again on the same data directory, the rollout resumes
+//!   from its recorded batch and completes, and no server is reimaged more
+//!   than once.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod common;
@@ -25,198 +30,10 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use common::rack::*;
-use common::server::{Server, text};
-use common::sim_rack::{SimRack, bmc_credentials};
+use common::server::Server;
+use common::sim_rack::story;
 use futures::StreamExt;
 use serde_json::{Value, json};
-
-const SETS: &str = "/apis/metalherd.dev/v1alpha1/namespaces/default/machinesets";
-
-struct Story {
-    api: Arc<Server>,
-    rack: SimRack,
-    dir: tempfile::TempDir,
-}
-
-/// Start the rack and `metalherd serve`, declare the classes (`extra`:
-/// `(name, image version, kernel args)`) and the Machines, and wait until
-/// every Machine is Available.
-async fn story(prefix: &str, subnet: u8, classes: &[(&str, &str, &[&str])]) -> Story {
-    let dir = tempfile::tempdir().unwrap();
-    for f in ["vmlinuz", "initrd"] {
-        std::fs::write(dir.path().join(f), f.as_bytes()).unwrap();
-    }
-    std::fs::create_dir_all(dir.path().join("assets")).unwrap();
-    let boot_port = common::free_port();
-    let boot_url = format!("http://127.0.0.1:{boot_port}");
-    let rack = SimRack::start(prefix, 4, subnet, &boot_url).await;
-    let config = controller_config(
-        "",
-        &format!(
-            "boot:\n  listen: 127.0.0.1:{boot_port}\n  assetsDir: {}\n  waitSeconds: 1\n",
-            dir.path().join("assets").display()
-        ),
-    );
-    let api = tokio::task::spawn_blocking(move || Server::start_with_config(Some(&config)))
-        .await
-        .unwrap();
-    let api = Arc::new(api);
-    let mut docs = Vec::new();
-    for (name, version, args) in classes {
-        let mut c = common::bootlab::class(
-            name,
-            common::bootlab::file_artifact(&dir.path().join("vmlinuz")),
-            common::bootlab::file_artifact(&dir.path().join("initrd")),
-            args,
-        );
-        c.spec.image.version = version.to_string();
-        let mut c = serde_json::to_value(&c).unwrap();
-        c["apiVersion"] = json!("metalherd.dev/v1alpha1");
-        c["kind"] = json!("MachineClass");
-        docs.push(c);
-    }
-    let (user, pw) = bmc_credentials();
-    let a = api.clone();
-    let manifests: Vec<Value> = (0..rack.machines.len())
-        .map(|i| rack.manifest(i, "bmc", json!({"role": "worker"})))
-        .collect();
-    tokio::task::spawn_blocking(move || {
-        put_secret(&a, "bmc", &user, &pw);
-        let join = json!({"apiVersion": "v1", "kind": "Secret",
-            "metadata": {"name": "join", "namespace": "default"},
-            "stringData": {"token": "abcdef.0123456789abcdef"}});
-        let (code, body) = a.req("POST", "/api/v1/namespaces/default/secrets", Some(&join));
-        assert!(code < 300, "join secret: {code} {body}");
-        for c in &docs {
-            let (code, body) = a.req(
-                "POST",
-                "/apis/metalherd.dev/v1alpha1/namespaces/default/machineclasses",
-                Some(c),
-            );
-            assert!(code < 300, "class: {code} {body}");
-        }
-        for m in &manifests {
-            let (code, body) = a.req(
-                "POST",
-                "/apis/metalherd.dev/v1alpha1/namespaces/default/machines",
-                Some(m),
-            );
-            assert!(code < 300, "machine: {code} {body}");
-        }
-        for m in &manifests {
-            let name = m["metadata"]["name"].as_str().unwrap();
-            wait_phase(&a, name, "Available", Duration::from_secs(60));
-        }
-    })
-    .await
-    .unwrap();
-    Story { api, rack, dir }
-}
-
-impl Story {
-    /// `metalherd ARGS`: (success, stdout, stderr).
-    async fn cli(&self, args: &[&str]) -> (bool, String, String) {
-        let api = self.api.clone();
-        let args: Vec<String> = args.iter().map(|s| s.to_string()).collect();
-        tokio::task::spawn_blocking(move || {
-            let a: Vec<&str> = args.iter().map(String::as_str).collect();
-            let o = api.cli(&a);
-            let (out, err) = text(&o);
-            eprintln!("$ metalherd {}\n{out}{err}", a.join(" "));
-            (o.status.success(), out, err)
-        })
-        .await
-        .unwrap()
-    }
-
-    /// `metalherd apply` of the set `workers` with this class and replicas.
-    async fn apply_set(&self, class: &str, replicas: i32, deadline: u32) {
-        let set = json!({
-            "apiVersion": "metalherd.dev/v1alpha1", "kind": "MachineSet",
-            "metadata": {"name": "workers", "namespace": "default"},
-            "spec": {
-                "replicas": replicas,
-                "selector": {"matchLabels": {"role": "worker"}},
-                "template": {"labels": {"pool": "workers"}, "classRef": {"name": class}},
-                "updateStrategy": {
-                    "type": "InPlace", "maxUnavailable": 2,
-                    "progressDeadlineSeconds": deadline, "autoRollback": true,
-                    "healthCheck": {"nodeReadySeconds": 1, "httpProbe": {
-                        "url": format!("http://{{{{address}}}}:{}/healthz", self.rack.health_port),
-                        "expectedStatus": 200}}
-                }
-            }
-        });
-        let path = self.dir.path().join("workers.json");
-        std::fs::write(&path, set.to_string()).unwrap();
-        let (ok, out, err) = self.cli(&["apply", "-f", path.to_str().unwrap()]).await;
-        assert!(ok, "apply: {out}{err}");
-    }
-
-    /// The value of one sample line of `/metrics` (0 when absent).
-    async fn metric(&self, sample: &str) -> f64 {
-        let api = self.api.clone();
-        let sample = format!("{sample} ");
-        tokio::task::spawn_blocking(move || {
-            let out = api
-                .command("curl")
-                .args(["-s", "-H", &format!("Authorization: Bearer {}", api.token)])
-                .arg(format!("{}/metrics", api.url))
-                .output()
-                .unwrap();
-            String::from_utf8_lossy(&out.stdout)
-                .lines()
-                .find_map(|l| l.strip_prefix(&sample))
-                .and_then(|v| v.trim().parse().ok())
-                .unwrap_or(0.0)
-        })
-        .await
-        .unwrap()
-    }
-
-    async fn set(&self) -> Value {
-        let api = self.api.clone();
-        tokio::task::spawn_blocking(move || api.req("GET", &format!("{SETS}/workers"), None).1)
-            .await
-            .unwrap()
-    }
-
-    async fn machines(&self) -> Vec<Value> {
-        let api = self.api.clone();
-        tokio::task::spawn_blocking(move || {
-            let (_, l) = api.req(
-                "GET",
-                "/apis/metalherd.dev/v1alpha1/namespaces/default/machines",
-                None,
-            );
-            l["items"].as_array().cloned().unwrap_or_default()
-        })
-        .await
-        .unwrap()
-    }
-
-    /// Every machine pinned to `rev` and installed with it.
-    async fn all_on(&self, rev: i64) {
-        let set = self.set().await;
-        let hash = set["status"]["revisions"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|r| r["revision"] == rev)
-            .map(|r| r["hash"].clone())
-            .unwrap();
-        for m in self.machines().await {
-            let name = &m["metadata"]["name"];
-            assert_eq!(
-                m["metadata"]["labels"]["metalherd.dev/machineset-revision"],
-                rev.to_string(),
-                "{name}"
-            );
-            assert_eq!(m["status"]["provisionedRevision"], hash, "{name}");
-            assert_eq!(m["status"]["phase"], "Ready", "{name}");
-        }
-    }
-}
 
 /// Most machines out of service at once, from watches of the Machines and
 /// the set: not Ready, or a member of the batch in flight that has not
@@ -579,4 +396,88 @@ async fn rollback_a_bad_revision() {
         .await;
     assert!(!ok);
     assert!(err.contains("rolled back to revision 1"), "{err}");
+}
+
+/// Wait until the set's batch in flight is `number` of revision `rev`.
+async fn wait_batch(s: &common::sim_rack::Story, rev: i64, number: i64) -> Vec<String> {
+    for _ in 0..300 {
+        let b = &s.set().await["status"]["currentBatch"];
+        if b["revision"] == rev && b["number"] == number {
+            return b["machines"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|m| m["name"].as_str().unwrap().to_string())
+                .collect();
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!(
+        "batch {number} of revision {rev} never started: {:#}",
+        s.set().await
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_rollout_resumes_after_sigkill() {
+    let mut s = story(
+        "k",
+        3,
+        &[
+            ("flatcar-a", "4230.2.3", &["console=ttyS0"]),
+            ("flatcar-b", "4230.2.4", &["console=ttyS0"]),
+        ],
+    )
+    .await;
+    s.apply_set("flatcar-a", 4, 120).await;
+    let status = [
+        "rollout",
+        "status",
+        "machineset",
+        "workers",
+        "--timeout",
+        "3m",
+    ];
+    let (ok, out, err) = s.cli(&status).await;
+    assert!(ok, "first rollout: {out}{err}");
+    assert_eq!(s.rack.boots(), [1, 1, 1, 1]);
+
+    s.apply_set("flatcar-b", 4, 120).await;
+    // Killed while batch 1 reimages.
+    let first = wait_batch(&s, 2, 1).await;
+    for _ in 0..300 {
+        let reimaging = s
+            .machines()
+            .await
+            .iter()
+            .filter(|m| m["status"]["phase"] == "Reimaging")
+            .count();
+        if reimaging > 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let api = Arc::get_mut(&mut s.api).expect("no other handle on the server");
+    tokio::task::block_in_place(|| api.kill_and_restart());
+    // Killed again as soon as batch 2 is recorded.
+    let second = wait_batch(&s, 2, 2).await;
+    let api = Arc::get_mut(&mut s.api).expect("no other handle on the server");
+    tokio::task::block_in_place(|| api.kill_and_restart());
+
+    let (ok, out, err) = s.cli(&status).await;
+    assert!(
+        ok,
+        "rollout after restarts: {out}{err}\n{}",
+        tail(&s.api.log(), 60)
+    );
+    assert!(
+        out.contains("successfully rolled out: revision 2 on 4 machines"),
+        "{out}"
+    );
+    let batches = passed_batches(&out, 2);
+    assert_eq!(batches.get(&1), Some(&first), "{out}");
+    assert_eq!(batches.get(&2), Some(&second), "{out}");
+    s.all_on(2).await;
+    assert_eq!(s.rack.boots(), [2, 2, 2, 2], "a server was reimaged twice");
+    assert_eq!(s.api.starts, 3);
 }

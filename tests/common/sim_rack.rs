@@ -15,9 +15,12 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU16, AtomicUsize, Ordering};
 use std::time::Duration;
 
+use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
+use super::rack::{controller_config, put_secret, wait_phase};
 use super::redfish_server::{RedfishServer, ServerOptions};
+use super::server::{Server, text};
 
 /// One simulated server.
 pub struct SimMachine {
@@ -215,5 +218,195 @@ async fn health(m: Arc<SimMachine>, listener: tokio::net::TcpListener) {
                 format!("HTTP/1.1 {code} S\r\nContent-Length: 0\r\nConnection: close\r\n\r\n");
             let _ = sock.write_all(reply.as_bytes()).await;
         });
+    }
+}
+
+pub const SETS: &str = "/apis/metalherd.dev/v1alpha1/namespaces/default/machinesets";
+
+/// A running `metalherd serve` with a simulated rack of four servers, and
+/// a MachineSet story's steps (CLI runs, the set, its machines).
+pub struct Story {
+    pub api: Arc<Server>,
+    pub rack: SimRack,
+    pub dir: tempfile::TempDir,
+}
+
+/// Start the rack and `metalherd serve`, declare the classes (`extra`:
+/// `(name, image version, kernel args)`) and the Machines, and wait until
+/// every Machine is Available.
+pub async fn story(prefix: &str, subnet: u8, classes: &[(&str, &str, &[&str])]) -> Story {
+    let dir = tempfile::tempdir().unwrap();
+    for f in ["vmlinuz", "initrd"] {
+        std::fs::write(dir.path().join(f), f.as_bytes()).unwrap();
+    }
+    std::fs::create_dir_all(dir.path().join("assets")).unwrap();
+    let boot_port = super::free_port();
+    let boot_url = format!("http://127.0.0.1:{boot_port}");
+    let rack = SimRack::start(prefix, 4, subnet, &boot_url).await;
+    let config = controller_config(
+        "",
+        &format!(
+            "boot:\n  listen: 127.0.0.1:{boot_port}\n  assetsDir: {}\n  waitSeconds: 1\n",
+            dir.path().join("assets").display()
+        ),
+    );
+    let api = tokio::task::spawn_blocking(move || Server::start_with_config(Some(&config)))
+        .await
+        .unwrap();
+    let api = Arc::new(api);
+    let mut docs = Vec::new();
+    for (name, version, args) in classes {
+        let mut c = super::bootlab::class(
+            name,
+            super::bootlab::file_artifact(&dir.path().join("vmlinuz")),
+            super::bootlab::file_artifact(&dir.path().join("initrd")),
+            args,
+        );
+        c.spec.image.version = version.to_string();
+        let mut c = serde_json::to_value(&c).unwrap();
+        c["apiVersion"] = json!("metalherd.dev/v1alpha1");
+        c["kind"] = json!("MachineClass");
+        docs.push(c);
+    }
+    let (user, pw) = bmc_credentials();
+    let a = api.clone();
+    let manifests: Vec<Value> = (0..rack.machines.len())
+        .map(|i| rack.manifest(i, "bmc", json!({"role": "worker"})))
+        .collect();
+    tokio::task::spawn_blocking(move || {
+        put_secret(&a, "bmc", &user, &pw);
+        let join = json!({"apiVersion": "v1", "kind": "Secret",
+            "metadata": {"name": "join", "namespace": "default"},
+            "stringData": {"token": "abcdef.0123456789abcdef"}});
+        let (code, body) = a.req("POST", "/api/v1/namespaces/default/secrets", Some(&join));
+        assert!(code < 300, "join secret: {code} {body}");
+        for c in &docs {
+            let (code, body) = a.req(
+                "POST",
+                "/apis/metalherd.dev/v1alpha1/namespaces/default/machineclasses",
+                Some(c),
+            );
+            assert!(code < 300, "class: {code} {body}");
+        }
+        for m in &manifests {
+            let (code, body) = a.req(
+                "POST",
+                "/apis/metalherd.dev/v1alpha1/namespaces/default/machines",
+                Some(m),
+            );
+            assert!(code < 300, "machine: {code} {body}");
+        }
+        for m in &manifests {
+            let name = m["metadata"]["name"].as_str().unwrap();
+            wait_phase(&a, name, "Available", Duration::from_secs(60));
+        }
+    })
+    .await
+    .unwrap();
+    Story { api, rack, dir }
+}
+
+impl Story {
+    /// `metalherd ARGS`: (success, stdout, stderr).
+    pub async fn cli(&self, args: &[&str]) -> (bool, String, String) {
+        let api = self.api.clone();
+        let args: Vec<String> = args.iter().map(|s| s.to_string()).collect();
+        tokio::task::spawn_blocking(move || {
+            let a: Vec<&str> = args.iter().map(String::as_str).collect();
+            let o = api.cli(&a);
+            let (out, err) = text(&o);
+            eprintln!("$ metalherd {}\n{out}{err}", a.join(" "));
+            (o.status.success(), out, err)
+        })
+        .await
+        .unwrap()
+    }
+
+    /// `metalherd apply` of the set `workers` with this class and replicas.
+    pub async fn apply_set(&self, class: &str, replicas: i32, deadline: u32) {
+        let set = json!({
+            "apiVersion": "metalherd.dev/v1alpha1", "kind": "MachineSet",
+            "metadata": {"name": "workers", "namespace": "default"},
+            "spec": {
+                "replicas": replicas,
+                "selector": {"matchLabels": {"role": "worker"}},
+                "template": {"labels": {"pool": "workers"}, "classRef": {"name": class}},
+                "updateStrategy": {
+                    "type": "InPlace", "maxUnavailable": 2,
+                    "progressDeadlineSeconds": deadline, "autoRollback": true,
+                    "healthCheck": {"nodeReadySeconds": 1, "httpProbe": {
+                        "url": format!("http://{{{{address}}}}:{}/healthz", self.rack.health_port),
+                        "expectedStatus": 200}}
+                }
+            }
+        });
+        let path = self.dir.path().join("workers.json");
+        std::fs::write(&path, set.to_string()).unwrap();
+        let (ok, out, err) = self.cli(&["apply", "-f", path.to_str().unwrap()]).await;
+        assert!(ok, "apply: {out}{err}");
+    }
+
+    /// The value of one sample line of `/metrics` (0 when absent).
+    pub async fn metric(&self, sample: &str) -> f64 {
+        let api = self.api.clone();
+        let sample = format!("{sample} ");
+        tokio::task::spawn_blocking(move || {
+            let out = api
+                .command("curl")
+                .args(["-s", "-H", &format!("Authorization: Bearer {}", api.token)])
+                .arg(format!("{}/metrics", api.url))
+                .output()
+                .unwrap();
+            String::from_utf8_lossy(&out.stdout)
+                .lines()
+                .find_map(|l| l.strip_prefix(&sample))
+                .and_then(|v| v.trim().parse().ok())
+                .unwrap_or(0.0)
+        })
+        .await
+        .unwrap()
+    }
+
+    pub async fn set(&self) -> Value {
+        let api = self.api.clone();
+        tokio::task::spawn_blocking(move || api.req("GET", &format!("{SETS}/workers"), None).1)
+            .await
+            .unwrap()
+    }
+
+    pub async fn machines(&self) -> Vec<Value> {
+        let api = self.api.clone();
+        tokio::task::spawn_blocking(move || {
+            let (_, l) = api.req(
+                "GET",
+                "/apis/metalherd.dev/v1alpha1/namespaces/default/machines",
+                None,
+            );
+            l["items"].as_array().cloned().unwrap_or_default()
+        })
+        .await
+        .unwrap()
+    }
+
+    /// Every machine pinned to `rev` and installed with it.
+    pub async fn all_on(&self, rev: i64) {
+        let set = self.set().await;
+        let hash = set["status"]["revisions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["revision"] == rev)
+            .map(|r| r["hash"].clone())
+            .unwrap();
+        for m in self.machines().await {
+            let name = &m["metadata"]["name"];
+            assert_eq!(
+                m["metadata"]["labels"]["metalherd.dev/machineset-revision"],
+                rev.to_string(),
+                "{name}"
+            );
+            assert_eq!(m["status"]["provisionedRevision"], hash, "{name}");
+            assert_eq!(m["status"]["phase"], "Ready", "{name}");
+        }
     }
 }
