@@ -21,6 +21,9 @@
 //!   time it starts again on the same data directory, the rollout resumes
 //!   from its recorded batch and completes, and no server is reimaged more
 //!   than once.
+//! - `scale_a_machineset`: `metalherd scale` up claims from the pool and
+//!   says when the pool is short; down releases the newest machines, which
+//!   are powered off and return to the pool unclaimed, never deleted.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod common;
@@ -480,4 +483,94 @@ async fn a_rollout_resumes_after_sigkill() {
     s.all_on(2).await;
     assert_eq!(s.rack.boots(), [2, 2, 2, 2], "a server was reimaged twice");
     assert_eq!(s.api.starts, 3);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn scale_a_machineset() {
+    let s = story("s", 4, &[("flatcar-a", "4230.2.3", &["console=ttyS0"])]).await;
+    s.apply_set("flatcar-a", 2, 120).await;
+    let status = [
+        "rollout",
+        "status",
+        "machineset",
+        "workers",
+        "--timeout",
+        "3m",
+    ];
+    let (ok, out, err) = s.cli(&status).await;
+    assert!(ok, "{out}{err}");
+    assert_eq!(
+        s.rack.boots(),
+        [1, 1, 0, 0],
+        "claimed by name from the pool"
+    );
+
+    // Up past the pool: what there is gets claimed, and the set says so.
+    let (ok, out, err) = s
+        .cli(&["scale", "machineset", "workers", "--replicas", "5"])
+        .await;
+    assert!(ok, "{out}{err}");
+    let mut set = Value::Null;
+    for _ in 0..300 {
+        set = s.set().await;
+        if set["status"]["readyReplicas"] == 4 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(set["status"]["readyReplicas"], 4, "{set:#}");
+    let pool = set["status"]["conditions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["type"] == "PoolSufficient")
+        .unwrap();
+    assert_eq!(pool["status"], "False");
+    assert_eq!(pool["message"], "wanted 5, claimable 4");
+    let (ok, table, _) = s.cli(&["get", "machinesets"]).await;
+    assert!(ok);
+    let row: Vec<&str> = table.lines().nth(1).unwrap().split_whitespace().collect();
+    // NAME DESIRED READY UPDATED AVAILABLE STATE AGE
+    assert_eq!(row[..5], ["workers", "5", "4", "4", "4"], "{table}");
+
+    // Down to 1: the three newest (by name, created in the same second)
+    // are released: deprovisioned, powered off, Available, unclaimed.
+    let (ok, out, err) = s
+        .cli(&["scale", "machineset", "workers", "--replicas", "1"])
+        .await;
+    assert!(ok, "{out}{err}");
+    assert!(out.contains("scaled from 5 to 1 replicas"), "{out}");
+    let mut released = Vec::new();
+    for _ in 0..300 {
+        released = s
+            .machines()
+            .await
+            .into_iter()
+            .filter(|m| {
+                m["status"]["phase"] == "Available"
+                    && m["metadata"]["labels"]["metalherd.dev/machineset"].is_null()
+            })
+            .collect();
+        if released.len() == 3 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let names: Vec<&str> = released
+        .iter()
+        .map(|m| m["metadata"]["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["s2", "s3", "s4"], "{released:#?}");
+    for m in &released {
+        assert!(m["spec"]["classRef"].is_null(), "{m:#}");
+        assert_eq!(m["status"]["powerState"], "Off", "{m:#}");
+        assert!(m["metadata"]["labels"]["pool"].is_null(), "{m:#}");
+    }
+    for sim in &s.rack.machines[1..] {
+        assert_eq!(sim.bmc.power(), "Off", "{} still on", sim.name);
+    }
+    let (ok, out, err) = s.cli(&status).await;
+    assert!(ok, "{out}{err}");
+    assert!(out.contains("revision 1 on 1 machines"), "{out}");
+    assert_eq!(s.machines().await.len(), 4, "a machine was deleted");
 }
