@@ -17,7 +17,7 @@ use super::GlobalArgs;
 use super::client::ApiClient;
 use super::rollout::{Target, set_kind};
 use crate::api::Kind;
-use crate::api::machine_set::{REVISION_LABEL, SET_LABEL};
+use crate::api::machine_set::{REVISION_LABEL, RolloutState, SET_LABEL};
 
 #[derive(Debug, Args)]
 pub struct StatusArgs {
@@ -150,13 +150,14 @@ impl Tracker {
         }
         let update = i(st, "/updateRevision");
         let failure = st["lastFailure"]["message"].as_str().unwrap_or_default();
-        match st["rolloutState"].as_str().unwrap_or_default() {
-            "Complete" => Verdict::Complete(format!(
+        let state: Option<RolloutState> = serde_json::from_value(st["rolloutState"].clone()).ok();
+        match state {
+            Some(RolloutState::Complete) => Verdict::Complete(format!(
                 "machineset \"{}\" successfully rolled out: revision {update} on {} machines",
                 self.name,
                 i(st, "/updatedReplicas")
             )),
-            "Failed" => {
+            Some(RolloutState::Failed) => {
                 let back = match key {
                     Some((rev, _, true)) => format!("; rolling its batch back to revision {rev}"),
                     _ => String::new(),
@@ -166,12 +167,12 @@ impl Tracker {
                     self.name
                 ))
             }
-            "RolledBack" => Verdict::Failed(format!(
+            Some(RolloutState::RolledBack) => Verdict::Failed(format!(
                 "rollout of machineset \"{}\" failed and its batch was rolled back to revision {}: {failure}",
                 self.name,
                 i(st, "/currentRevision")
             )),
-            "Paused" => {
+            Some(RolloutState::Paused) => {
                 self.note(
                     format!(
                         "rollout paused (resume with: metalherd rollout resume machineset {})",

@@ -15,6 +15,10 @@ use prometheus_client::registry::Registry;
 
 use crate::api::machine_set::{Batch, MachineSetStatus, RolloutState};
 
+/// The `outcome` of a failed rollout or batch (a metric label, not a boot
+/// outcome).
+pub const FAILED: &str = "failed";
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct OutcomeLabels {
     /// `complete`, `failed` or `rolled_back`.
@@ -64,11 +68,11 @@ pub fn register(registry: &mut Registry) {
     let m = global();
     // Every known label value from the start, at zero, so a rate over a
     // first failure is not lost.
-    for outcome in ["complete", "failed", "rolled_back"] {
+    for outcome in ["complete", FAILED, "rolled_back"] {
         let _ = m.rollouts.get_or_create(&OutcomeLabels { outcome });
     }
     for kind in ["update", "rollback"] {
-        for outcome in ["passed", "failed"] {
+        for outcome in ["passed", FAILED] {
             let _ = m
                 .batch_seconds
                 .get_or_create(&BatchLabels { kind, outcome });
@@ -120,7 +124,7 @@ pub fn changes(old: &MachineSetStatus, new: &MachineSetStatus) -> Changes {
     if new.rollout_state != old.rollout_state {
         c.rollout = match new.rollout_state {
             Some(RolloutState::Complete) => Some("complete"),
-            Some(RolloutState::Failed) => Some("failed"),
+            Some(RolloutState::Failed) => Some(FAILED),
             Some(RolloutState::RolledBack) => Some("rolled_back"),
             _ => None,
         };
@@ -142,7 +146,7 @@ pub fn changes(old: &MachineSetStatus, new: &MachineSetStatus) -> Changes {
         let end = done.finished_at.unwrap_or(done.started_at);
         c.batches.push((kind(b), "passed", secs(b, end)));
     } else if let Some(f) = failed {
-        c.batches.push((kind(b), "failed", secs(b, f.at)));
+        c.batches.push((kind(b), FAILED, secs(b, f.at)));
     } else if new.rollout_state == Some(RolloutState::RolledBack) && b.rollback {
         // A rollback batch that passed is not kept in completedBatches.
         c.batches
