@@ -366,6 +366,15 @@ async fn rollback_a_bad_revision() {
             .any(|l| l.starts_with("2 ") && l.contains("bad")),
         "{out}"
     );
+    let (ok, out, _) = s.cli(&["describe", "machineset", "workers"]).await;
+    assert!(
+        ok && out.contains("Last Failure:  ProgressDeadlineExceeded at "),
+        "{out}"
+    );
+    assert!(
+        out.contains("(flatcar 4230.2.5)") && out.contains("bad (its rollout failed)"),
+        "{out}"
+    );
     for (sample, want) in [
         (
             "metalherd_machineset_rollouts_total{outcome=\"failed\"}",

@@ -223,6 +223,80 @@ pub fn history_table(set: &Value, pinned: &BTreeMap<i64, usize>) -> anyhow::Resu
     Ok(out)
 }
 
+/// What `describe machineset` shows of its rollouts: the kept revisions,
+/// the batch in flight with each member's gate, the batches passed, and
+/// the last failure.
+pub fn describe_rollout(set: &Value) -> String {
+    let mut out = String::new();
+    let revs = revisions(set).unwrap_or_default();
+    if !revs.is_empty() {
+        out.push_str("Revisions:\n");
+        for r in &revs {
+            let image = &r.class_spec.image;
+            out.push_str(&format!(
+                "  {}  class {} ({} {}), hash {}, made {}: {}\n",
+                r.revision,
+                r.class_name,
+                image.os,
+                image.version,
+                r.hash,
+                r.created_at.strftime("%Y-%m-%dT%H:%M:%SZ"),
+                revision_state(r, set)
+            ));
+        }
+    }
+    let st = &set["status"];
+    let members = |b: &Value| -> String {
+        let m: Vec<String> = b["machines"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|m| {
+                let name = m["name"].as_str().unwrap_or_default();
+                if m["passed"] == true {
+                    format!("{name} (passed)")
+                } else if let Some(t) = m["healthySince"].as_str() {
+                    format!("{name} (healthy since {t})")
+                } else {
+                    name.to_string()
+                }
+            })
+            .collect();
+        m.join(", ")
+    };
+    if let Some(b) = st.get("currentBatch").filter(|b| b.is_object()) {
+        let what = if b["rollback"] == true {
+            "rollback batch"
+        } else {
+            "batch"
+        };
+        out.push_str(&format!(
+            "Current Batch: {what} {} to revision {}, started {}: {}\n",
+            b["number"],
+            b["revision"],
+            b["startedAt"].as_str().unwrap_or_default(),
+            members(b)
+        ));
+    }
+    for b in st["completedBatches"].as_array().into_iter().flatten() {
+        out.push_str(&format!(
+            "Passed Batch:  {} of revision {}: {}\n",
+            b["number"],
+            b["revision"],
+            members(b)
+        ));
+    }
+    if let Some(f) = st.get("lastFailure").filter(|f| f.is_object()) {
+        out.push_str(&format!(
+            "Last Failure:  {} at {}: {}\n",
+            f["reason"].as_str().unwrap_or_default(),
+            f["at"].as_str().unwrap_or_default(),
+            f["message"].as_str().unwrap_or_default()
+        ));
+    }
+    out
+}
+
 async fn history(g: &GlobalArgs, h: HistoryArgs) -> anyhow::Result<()> {
     let t = h.target;
     let kind = set_kind(&t.kind)?;
@@ -380,6 +454,40 @@ mod tests {
         assert!(
             lines[3].contains(" 1 ") && lines[3].ends_with("rolling out"),
             "{t}"
+        );
+    }
+
+    #[test]
+    fn describe_shows_revisions_batches_and_the_failure() {
+        let mut s = set();
+        s["status"]["currentBatch"] = json!({"number": 2, "revision": 3, "rollback": false,
+            "startedAt": "2026-01-02T03:05:00Z",
+            "machines": [{"name": "m3", "passed": true}, {"name": "m4"}]});
+        s["status"]["completedBatches"] = json!([{"number": 1, "revision": 3,
+            "startedAt": "2026-01-02T03:04:30Z", "machines": [{"name": "m1", "passed": true}]}]);
+        s["status"]["lastFailure"] = json!({"reason": "MachineFailed", "at": "2026-01-01T00:00:00Z",
+            "message": "batch 1 of revision 9 failed: m9: machine went to Error"});
+        let d = describe_rollout(&s);
+        assert!(
+            d.starts_with("Revisions:\n  1  class c1 (flatcar 1.0), hash h1"),
+            "{d}"
+        );
+        assert!(
+            d.contains(
+                "  3  class c3 (flatcar 1.0), hash h3, made 2026-01-02T03:04:05Z: rolling out\n"
+            ),
+            "{d}"
+        );
+        assert!(d.contains("Current Batch: batch 2 to revision 3, started 2026-01-02T03:05:00Z: m3 (passed), m4\n"), "{d}");
+        assert!(
+            d.contains("Passed Batch:  1 of revision 3: m1 (passed)\n"),
+            "{d}"
+        );
+        assert!(
+            d.contains(
+                "Last Failure:  MachineFailed at 2026-01-01T00:00:00Z: batch 1 of revision 9 failed"
+            ),
+            "{d}"
         );
     }
 
