@@ -36,6 +36,8 @@
 //!   good revision in a rollback batch; when it passes the set is
 //!   `RolledBack`.
 //! - **Pause.** No new batch starts; the one in flight finishes its gate.
+//!   A paused Machine (`metalherd.dev/paused`) of the set is left out of
+//!   batches; the rollout waits for it (`WaitingForPausedMachines`).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
@@ -457,10 +459,25 @@ impl Planner<'_> {
         }
         // Pins the machines of an earlier, finished batch did not get yet
         // (a crash between recording and pinning) are redone by `gate`.
-        let old: Vec<&MachineView> = machines
+        let (held, old): (Vec<&MachineView>, Vec<&MachineView>) = machines
             .values()
             .filter(|m| m.pinned != Some(update))
-            .collect();
+            .partition(|m| m.paused);
+        if old.is_empty() && !held.is_empty() {
+            // Paused machines are not moved: the rollout waits for them.
+            let names: Vec<&str> = held.iter().map(|m| m.name.as_str()).collect();
+            self.st.rollout_state = Some(RolloutState::Progressing);
+            self.condition(
+                cond::PROGRESSING,
+                true,
+                "WaitingForPausedMachines",
+                format!(
+                    "{} paused (metalherd.dev/paused): rolled once resumed",
+                    names.join(", ")
+                ),
+            );
+            return;
+        }
         if old.is_empty() {
             let claiming = self
                 .actions

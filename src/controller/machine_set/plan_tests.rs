@@ -378,6 +378,41 @@ fn pause_starts_no_batch_and_resume_does() {
 }
 
 #[test]
+fn paused_members_are_left_out_of_batches() {
+    let (mut s, _h1, mut ms) = settled(json!(2));
+    ms[0].paused = true;
+    let v2 = class("2.0");
+    let p = run(&s, ms.clone(), vec![], &v2, 10);
+    assert_eq!(pins(&p), [("m2".into(), 2), ("m3".into(), 2)]);
+    s.status = Some(p.status);
+    let h2 = s.status.as_ref().unwrap().revisions[1].hash.clone();
+    let mut now: Vec<MachineView> = ["m2", "m3", "m4"]
+        .iter()
+        .map(|n| ready(n, 2, &h2))
+        .collect();
+    now.insert(0, ms[0].clone());
+    let p = run(&s, now.clone(), vec![], &v2, 20);
+    s.status = Some(p.status);
+    let p = run(&s, now.clone(), vec![], &v2, 31);
+    // m4 went in the second batch; m1 stays on revision 1 while paused.
+    assert!(pins(&p).iter().all(|(m, _)| m != "m1"), "{:?}", p.actions);
+    s.status = Some(p.status);
+    let p = run(&s, now.clone(), vec![], &v2, 42);
+    s.status = Some(p.status);
+    let p = run(&s, now.clone(), vec![], &v2, 53);
+    assert_eq!(p.status.rollout_state, Some(RolloutState::Progressing));
+    assert!(
+        cond_msg(&p, cond::PROGRESSING).contains("WaitingForPausedMachines m1 paused"),
+        "{}",
+        cond_msg(&p, cond::PROGRESSING)
+    );
+    // Resumed: it is rolled like the others.
+    now[0].paused = false;
+    let p = run(&s, now, vec![], &v2, 54);
+    assert_eq!(pins(&p), [("m1".into(), 2)]);
+}
+
+#[test]
 fn class_change_during_a_rollout_supersedes_the_batch() {
     let (mut s, h1, ms) = settled(json!(1));
     let p = run(&s, ms.clone(), vec![], &class("2.0"), 10);
