@@ -48,6 +48,8 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::HwTest(a) => metalherd::cli::hwtest::run_cmd(a).await,
         Command::Render(a) => metalherd::cli::render::run(g, a).await,
         Command::Reimage(a) => metalherd::cli::reimage::run(g, a).await,
+        Command::Scale(a) => metalherd::cli::rollout::scale(g, a).await,
+        Command::Rollout(a) => metalherd::cli::rollout::run(g, a).await,
     }
 }
 

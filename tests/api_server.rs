@@ -355,3 +355,129 @@ fn watch_streams_changes_over_http_and_resumes_from_a_version() {
     );
     assert_eq!(code, 400);
 }
+
+/// The scale subresource as kube-apiserver serves it for a CRD with
+/// `subresources.scale`: an `autoscaling/v1` Scale whose spec is the set's
+/// `spec.replicas` and whose status is the controller's `status.replicas`
+/// and `status.selector`; PUT and merge PATCH write only `spec.replicas`,
+/// with the Scale's resourceVersion as a precondition.
+#[test]
+fn scale_subresource_reads_and_writes_replicas() {
+    let s = Server::start_isolated();
+    let sets = "/apis/metalherd.dev/v1alpha1/namespaces/default/machinesets";
+    let scale = format!("{sets}/workers/scale");
+    let classes = "/apis/metalherd.dev/v1alpha1/namespaces/default/machineclasses";
+    assert_eq!(
+        s.req("POST", classes, Some(&machine_class("flatcar"))).0,
+        201
+    );
+    // One pool machine, Available (its BMC is unreachable in this
+    // namespace, so the Machine controller leaves the phase alone).
+    let mut m = machine("m1");
+    m["metadata"]["labels"] = json!({"role": "worker"});
+    assert_eq!(s.req("POST", MACHINES, Some(&m)).0, 201);
+    let (code, body) = s.http(
+        "PATCH",
+        &format!("{MACHINES}/m1/status"),
+        Some(&s.token),
+        Some(&json!({"status": {"phase": "Available"}})),
+        "application/merge-patch+json",
+    );
+    assert_eq!(code, 200, "{body}");
+    let (code, set) = s.req(
+        "POST",
+        sets,
+        Some(&common::manifests::machine_set("workers", 1)),
+    );
+    assert_eq!(code, 201, "{set}");
+
+    // GET: the controller claims the machine and records the selector.
+    let got = wait_for(Duration::from_secs(30), || {
+        let (code, sc) = s.req("GET", &scale, None);
+        (code == 200 && sc["status"]["replicas"] == 1).then_some(sc)
+    });
+    let sc = got.unwrap_or_else(|| {
+        panic!(
+            "the scale never showed 1 replica: {:?}\n{}",
+            s.req("GET", &scale, None),
+            s.log()
+        )
+    });
+    assert_eq!(sc["kind"], "Scale");
+    assert_eq!(sc["apiVersion"], "autoscaling/v1");
+    assert_eq!(sc["metadata"]["name"], "workers");
+    assert_eq!(sc["metadata"]["namespace"], "default");
+    assert_eq!(sc["spec"]["replicas"], 1);
+    assert_eq!(sc["status"]["selector"], "role=worker");
+    let (_, obj) = s.req("GET", &format!("{sets}/workers"), None);
+    assert_eq!(
+        sc["metadata"]["resourceVersion"],
+        obj["metadata"]["resourceVersion"]
+    );
+    assert_eq!(sc["metadata"]["uid"], obj["metadata"]["uid"]);
+
+    // PUT a Scale with the current resourceVersion: spec.replicas moves,
+    // nothing else of the set does.
+    let mut put = sc.clone();
+    put["spec"]["replicas"] = json!(3);
+    let (code, after) = s.req("PUT", &scale, Some(&put));
+    assert_eq!(code, 200, "{after}");
+    assert_eq!(after["kind"], "Scale");
+    assert_eq!(after["spec"]["replicas"], 3);
+    let (_, obj2) = s.req("GET", &format!("{sets}/workers"), None);
+    assert_eq!(obj2["spec"]["replicas"], 3);
+    assert_eq!(obj2["spec"]["template"], obj["spec"]["template"]);
+    assert_eq!(obj2["spec"]["selector"], obj["spec"]["selector"]);
+    // The same stale Scale again: a conflict, as in Kubernetes.
+    let (code, st) = s.req("PUT", &scale, Some(&put));
+    assert_eq!(code, 409, "{st}");
+    assert_eq!(st["reason"], "Conflict");
+    // Invalid replicas name the field.
+    let (code, st) = s.req(
+        "PUT",
+        &scale,
+        Some(&json!({"kind": "Scale", "apiVersion": "autoscaling/v1", "spec": {"replicas": -1}})),
+    );
+    assert_eq!(code, 422, "{st}");
+    assert_eq!(st["details"]["causes"][0]["field"], "spec.replicas");
+    // Not a Scale: refused.
+    let (code, _) = s.req("PUT", &scale, Some(&obj2));
+    assert_eq!(code, 400);
+
+    // Merge PATCH, as `kubectl scale` sends it: back to 0, and the
+    // controller releases the machine.
+    let (code, after) = s.http(
+        "PATCH",
+        &scale,
+        Some(&s.token),
+        Some(&json!({"spec": {"replicas": 0}})),
+        "application/merge-patch+json",
+    );
+    assert_eq!(code, 200, "{after}");
+    assert_eq!(after["spec"]["replicas"], 0);
+    let released = wait_for(Duration::from_secs(30), || {
+        let (_, sc) = s.req("GET", &scale, None);
+        (sc["status"]["replicas"] == 0).then_some(())
+    });
+    assert!(released.is_some(), "{}", s.log());
+    let (code, _) = s.http(
+        "PATCH",
+        &scale,
+        Some(&s.token),
+        Some(&json!({"spec": {"replicas": 2}})),
+        "application/json-patch+json",
+    );
+    assert_eq!(code, 415);
+
+    // Only MachineSets have one; a missing set is 404.
+    let (code, st) = s.req("GET", &format!("{MACHINES}/m1/scale"), None);
+    assert_eq!(code, 404, "{st}");
+    assert!(
+        st["message"]
+            .as_str()
+            .unwrap()
+            .contains("no scale subresource")
+    );
+    assert_eq!(s.req("GET", &format!("{sets}/nope/scale"), None).0, 404);
+    assert_eq!(s.req("DELETE", &scale, None).0, 405);
+}

@@ -47,11 +47,30 @@ fn metrics_share_one_prefix() {
         .0,
         201
     );
+    // A MachineSet: its controller reports the set's machines out of service.
+    let set = json!({
+        "apiVersion": "metalherd.dev/v1alpha1", "kind": "MachineSet",
+        "metadata": {"name": "workers", "namespace": "default"},
+        "spec": {"replicas": 1, "selector": {"matchLabels": {"role": "worker"}},
+                 "template": {"classRef": {"name": "flatcar"}}}
+    });
+    assert_eq!(
+        s.req(
+            "POST",
+            "/apis/metalherd.dev/v1alpha1/namespaces/default/machinesets",
+            Some(&set)
+        )
+        .0,
+        201
+    );
     let want = [
         "metalherd_api_requests",
         "metalherd_bmc_http_retries",
         "metalherd_reconciles_running",
         "metalherd_ipmi_sessions",
+        "metalherd_machineset_rollouts",
+        "metalherd_machineset_batch_seconds",
+        "metalherd_machineset_machines_out_of_service",
     ];
     let text = common::proc::wait_for(Duration::from_secs(60), || {
         let t = metrics(&s);

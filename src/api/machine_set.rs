@@ -22,6 +22,9 @@ use super::machine_class::MachineClassSpec;
 pub const SET_LABEL: &str = "metalherd.dev/machineset";
 /// Label on a claimed Machine: the set revision (a number) it is pinned to.
 pub const REVISION_LABEL: &str = "metalherd.dev/machineset-revision";
+/// Annotation `rollout undo` sets: the revision the template was reset to
+/// (its snapshot is installed while the template still equals it).
+pub const UNDO_ANNOTATION: &str = "metalherd.dev/undo-to-revision";
 /// Revisions kept when `revisionHistoryLimit` is not given.
 pub const DEFAULT_REVISION_HISTORY: i32 = 10;
 

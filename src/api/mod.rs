@@ -97,6 +97,12 @@ impl Kind {
         )
     }
 
+    /// Whether the kind has a `/scale` subresource (`spec.replicas`,
+    /// `status.replicas`, `status.selector`), as its CRD declares.
+    pub fn has_scale(self) -> bool {
+        self == Kind::MachineSet
+    }
+
     /// Parse what a user types on the command line or a `kind:` field:
     /// singular, plural, short name, any case.
     pub fn parse(s: &str) -> Option<Kind> {

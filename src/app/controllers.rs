@@ -31,7 +31,10 @@ pub(super) async fn start(
         return Ok(());
     }
     let runner_metrics = crate::controller::runner::RunnerMetrics::default();
-    registry.with_registry(|r| runner_metrics.register(r));
+    registry.with_registry(|r| {
+        runner_metrics.register(r);
+        crate::controller::machine_set::metrics::register(r);
+    });
     crate::controller::start::start_machine_controller(
         store.clone(),
         controller,

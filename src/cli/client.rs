@@ -275,6 +275,30 @@ impl ApiClient {
         .await
     }
 
+    /// The `autoscaling/v1` Scale of one object (GET `/scale`).
+    pub async fn get_scale(&self, kind: Kind, ns: &str, name: &str) -> Result<Value, ClientError> {
+        let p = format!("{}/scale", Self::path(kind, Some(ns), Some(name)));
+        self.send(Method::GET, &p, None, None).await
+    }
+
+    /// JSON merge patch of one object's Scale (PATCH `/scale`).
+    pub async fn patch_scale(
+        &self,
+        kind: Kind,
+        ns: &str,
+        name: &str,
+        patch: &Value,
+    ) -> Result<Value, ClientError> {
+        let p = format!("{}/scale", Self::path(kind, Some(ns), Some(name)));
+        self.send(
+            Method::PATCH,
+            &p,
+            Some(patch),
+            Some("application/merge-patch+json"),
+        )
+        .await
+    }
+
     /// Delete one object; returns its last state (still present with a
     /// deletionTimestamp when finalizers remain).
     pub async fn delete(&self, kind: Kind, ns: &str, name: &str) -> Result<Value, ClientError> {

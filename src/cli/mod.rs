@@ -13,6 +13,8 @@ pub mod kubeconfig;
 pub mod objects;
 pub mod reimage;
 pub mod render;
+pub mod rollout;
+pub mod rollout_status;
 pub mod serve;
 pub mod show;
 
@@ -78,4 +80,8 @@ pub enum Command {
     Render(render::RenderArgs),
     /// Reinstall a Machine in place (same name and address).
     Reimage(reimage::ReimageArgs),
+    /// Set a MachineSet's replicas (through its scale subresource).
+    Scale(rollout::ScaleArgs),
+    /// Follow, list, pause, resume or undo a MachineSet's rollouts.
+    Rollout(rollout::RolloutArgs),
 }

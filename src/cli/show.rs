@@ -338,7 +338,24 @@ pub fn describe(kind: Kind, o: &Value, events: &[Value]) -> String {
                 out.push_str("Spec:\n");
                 out.push_str(&indent_yaml(spec, 2));
             }
-            describe_status(o, now, &mut out);
+            if kind == Kind::MachineSet {
+                // Revisions (whole class snapshots) and batches, summarized.
+                let mut brief = o.clone();
+                if let Some(st) = brief.get_mut("status").and_then(Value::as_object_mut) {
+                    for k in [
+                        "revisions",
+                        "currentBatch",
+                        "completedBatches",
+                        "lastFailure",
+                    ] {
+                        st.remove(k);
+                    }
+                }
+                describe_status(&brief, now, &mut out);
+                out.push_str(&super::rollout::describe_rollout(o));
+            } else {
+                describe_status(o, now, &mut out);
+            }
         }
     }
     if kind != Kind::Event {

@@ -20,6 +20,7 @@ pub mod rack;
 pub mod redfish_server;
 pub mod server;
 pub mod sim_boot;
+pub mod sim_rack;
 pub mod sushy;
 pub mod tftp;
 

@@ -29,6 +29,8 @@ pub struct ServerOptions {
     pub power: &'static str,
     /// Offer sessions; when false, a login answers 405 (Basic only).
     pub sessions: bool,
+    /// MAC address of the first NIC (the one with a link).
+    pub mac: String,
 }
 
 impl Default for ServerOptions {
@@ -40,6 +42,7 @@ impl Default for ServerOptions {
             task_polls: 2,
             power: "Off",
             sessions: true,
+            mac: "AA:BB:CC:00:00:01".into(),
         }
     }
 }
@@ -56,6 +59,9 @@ pub struct Counters {
     pub monitor_polls: u32,
     pub patches_without_if_match: u32,
     pub patches_with_if_match: u32,
+    /// Resets that start the server (On while off, or PowerCycle): each
+    /// is a boot a simulated server walks.
+    pub power_ons: u32,
 }
 
 #[derive(Debug)]
@@ -356,6 +362,9 @@ async fn reset(State(s): State<S>, headers: HeaderMap, body: axum::body::Bytes) 
         _ => return StatusCode::BAD_REQUEST.into_response(),
     };
     sim.counters.resets += 1;
+    if target == "On" && (sim.power != "On" || v["ResetType"] == "PowerCycle") {
+        sim.counters.power_ons += 1;
+    }
     let id = sim.next_id;
     sim.next_id += 1;
     let polls = sim.opts.task_polls;
@@ -409,9 +418,9 @@ async fn nics(State(s): State<S>, headers: HeaderMap) -> Response {
 }
 
 async fn nic(State(s): State<S>, Path(id): Path<String>, headers: HeaderMap) -> Response {
-    let _sim = auth!(s, headers);
+    let sim = auth!(s, headers);
     let (mac, link) = if id == "NIC.1" {
-        ("AA:BB:CC:00:00:01", "LinkUp")
+        (sim.opts.mac.as_str(), "LinkUp")
     } else {
         ("AA:BB:CC:00:00:02", "LinkDown")
     };

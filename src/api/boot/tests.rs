@@ -167,11 +167,16 @@ const SHARED_WORDS: [&str; 2] = ["install", "timeout"];
 
 /// Lines where one of the words belongs to another vocabulary: (file, a
 /// piece of the line).
-const OTHER_VOCABULARIES: [(&str, &str); 4] = [
+const OTHER_VOCABULARIES: [(&str, &str); 5] = [
     // A MachineSet's rollout state.
     (
         "src/api/machine_set.rs",
         "RolloutState::Failed => \"Failed\"",
+    ),
+    // A MachineSet metric's outcome label.
+    (
+        "src/controller/machine_set/metrics.rs",
+        "pub const FAILED: &str = \"failed\"",
     ),
     // The request named in a refusal event's message.
     (

@@ -7,6 +7,7 @@
 //! revision is what makes the Machine controller reimage it (rendered from
 //! the revision's snapshot), with the boot-storm limit applying as usual.
 
+pub mod metrics;
 pub mod pin;
 pub mod plan;
 pub mod probe;

@@ -14,7 +14,11 @@
 //!   History keeps `revisionHistoryLimit` revisions plus any still pinned.
 //! - **Claims.** Short of `replicas`, claim candidates (by name), pinned to
 //!   the update revision (or the last good one when the update is bad).
-//!   Too few: condition `PoolShort`, `wanted N, claimable M`.
+//!   A candidate is claimable when it is Available, unclaimed and not
+//!   paused (`metalherd.dev/paused`: its owner said hands off, and a set
+//!   must not start a boot the Machine controller would refuse to run).
+//!   Too few: condition `PoolShort`, `wanted N, claimable M` (M counts the
+//!   set's machines plus the claimable candidates).
 //! - **Release.** Over `replicas`, release not Ready machines first, then
 //!   the newest (by creation time).
 //! - **Batches.** One batch at a time. A batch is recorded in status before
@@ -32,6 +36,8 @@
 //!   good revision in a rollback batch; when it passes the set is
 //!   `RolledBack`.
 //! - **Pause.** No new batch starts; the one in flight finishes its gate.
+//!   A paused Machine (`metalherd.dev/paused`) of the set is left out of
+//!   batches; the rollout waits for it (`WaitingForPausedMachines`).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
@@ -47,9 +53,9 @@ use crate::api::machine_set::{
 };
 use crate::api::validate::{MaxUnavailable, parse_max_unavailable};
 use crate::api::{Condition, MachineClassSpec, MachineOverrides, MachinePhase};
+use crate::store::Selector;
 
-/// Annotation `rollout undo` sets: the revision the template was reset to.
-pub const UNDO_ANNOTATION: &str = "metalherd.dev/undo-to-revision";
+pub use crate::api::machine_set::UNDO_ANNOTATION;
 /// A batch has this long to pass its gate when the set says nothing.
 pub const DEFAULT_PROGRESS_DEADLINE: Duration = Duration::from_secs(600);
 
@@ -73,6 +79,8 @@ pub struct MachineView {
     pub pinned: Option<i64>,
     /// The hash of what it installed last (`status.provisionedRevision`).
     pub installed: Option<String>,
+    /// It carries `metalherd.dev/paused`: never claimed while it does.
+    pub paused: bool,
     pub health: Health,
 }
 
@@ -93,7 +101,8 @@ pub struct Input<'a> {
     pub set: &'a MachineSet,
     /// Machines that carry this set's claim.
     pub claimed: Vec<MachineView>,
-    /// Available, unclaimed machines matching the selector.
+    /// Unclaimed machines matching the selector (only the Available, not
+    /// paused ones are claimed).
     pub candidates: Vec<MachineView>,
     /// The template's class as it is now (`None`: it does not exist).
     pub class: Option<&'a MachineClassSpec>,
@@ -213,6 +222,10 @@ pub fn plan(i: &Input<'_>) -> Plan {
         generation: i.set.metadata.generation,
     };
     p.st.observed_generation = p.generation;
+    // For the scale subresource (`labelSelectorPath: .status.selector`).
+    p.st.selector = Selector::from_label_selector(&i.set.spec.selector)
+        .ok()
+        .map(|s| s.to_string());
     let update = p.revisions();
     p.scale(update);
     if let Some(update) = update {
@@ -337,15 +350,15 @@ impl Planner<'_> {
         let want = usize::try_from(self.i.set.spec.replicas).unwrap_or(0);
         let have = self.i.claimed.len();
         if have < want {
-            let claimable = have + self.i.candidates.len();
+            let mut cands: Vec<&MachineView> = self
+                .i
+                .candidates
+                .iter()
+                .filter(|c| c.phase == MachinePhase::Available && c.pinned.is_none() && !c.paused)
+                .collect();
+            cands.sort_by(|a, b| a.name.cmp(&b.name));
+            let claimable = have + cands.len();
             if let Some(rev) = self.claim_revision(update) {
-                let mut cands: Vec<&MachineView> = self
-                    .i
-                    .candidates
-                    .iter()
-                    .filter(|c| c.phase == MachinePhase::Available && c.pinned.is_none())
-                    .collect();
-                cands.sort_by(|a, b| a.name.cmp(&b.name));
                 for c in cands.into_iter().take(want - have) {
                     self.actions.push(Action::Claim {
                         machine: c.name.clone(),
@@ -446,10 +459,25 @@ impl Planner<'_> {
         }
         // Pins the machines of an earlier, finished batch did not get yet
         // (a crash between recording and pinning) are redone by `gate`.
-        let old: Vec<&MachineView> = machines
+        let (held, old): (Vec<&MachineView>, Vec<&MachineView>) = machines
             .values()
             .filter(|m| m.pinned != Some(update))
-            .collect();
+            .partition(|m| m.paused);
+        if old.is_empty() && !held.is_empty() {
+            // Paused machines are not moved: the rollout waits for them.
+            let names: Vec<&str> = held.iter().map(|m| m.name.as_str()).collect();
+            self.st.rollout_state = Some(RolloutState::Progressing);
+            self.condition(
+                cond::PROGRESSING,
+                true,
+                "WaitingForPausedMachines",
+                format!(
+                    "{} paused (metalherd.dev/paused): rolled once resumed",
+                    names.join(", ")
+                ),
+            );
+            return;
+        }
         if old.is_empty() {
             let claiming = self
                 .actions

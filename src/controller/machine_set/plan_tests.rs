@@ -70,6 +70,7 @@ fn m(name: &str, phase: MachinePhase, pinned: Option<i64>, installed: Option<&st
         phase,
         pinned,
         installed: installed.map(str::to_string),
+        paused: false,
         health: Health::default(),
     }
 }
@@ -165,6 +166,7 @@ fn claims_up_to_replicas_by_name() {
         0,
     );
     assert_eq!(claims(&p), ["a", "b"]);
+    assert_eq!(p.status.selector.as_deref(), Some("role=worker"));
     assert_eq!(p.status.update_revision, Some(1));
     assert_eq!(p.status.revisions.len(), 1);
     assert_eq!(
@@ -198,6 +200,28 @@ fn candidates_not_available_or_claimed_are_skipped() {
     let mut taken = avail("c");
     taken.pinned = Some(1);
     let p = run(&s, vec![], vec![avail("a"), busy, taken], &class("1.0"), 0);
+    assert_eq!(claims(&p), ["a"]);
+}
+
+#[test]
+fn paused_candidates_are_neither_claimed_nor_counted() {
+    let s = set(3, json!(1), json!({}));
+    let mut held = avail("a");
+    held.paused = true;
+    let p = run(
+        &s,
+        vec![],
+        vec![held, avail("b"), avail("c")],
+        &class("1.0"),
+        0,
+    );
+    assert_eq!(claims(&p), ["b", "c"]);
+    assert_eq!(
+        cond_msg(&p, cond::POOL),
+        "False PoolShort wanted 3, claimable 2"
+    );
+    // Unpaused, it is claimed like any other.
+    let p = run(&s, vec![], vec![avail("a")], &class("1.0"), 1);
     assert_eq!(claims(&p), ["a"]);
 }
 
@@ -350,6 +374,41 @@ fn pause_starts_no_batch_and_resume_does() {
     s.status = Some(p.status);
     s.spec.paused = false;
     let p = run(&s, ms, vec![], &class("2.0"), 11);
+    assert_eq!(pins(&p), [("m1".into(), 2)]);
+}
+
+#[test]
+fn paused_members_are_left_out_of_batches() {
+    let (mut s, _h1, mut ms) = settled(json!(2));
+    ms[0].paused = true;
+    let v2 = class("2.0");
+    let p = run(&s, ms.clone(), vec![], &v2, 10);
+    assert_eq!(pins(&p), [("m2".into(), 2), ("m3".into(), 2)]);
+    s.status = Some(p.status);
+    let h2 = s.status.as_ref().unwrap().revisions[1].hash.clone();
+    let mut now: Vec<MachineView> = ["m2", "m3", "m4"]
+        .iter()
+        .map(|n| ready(n, 2, &h2))
+        .collect();
+    now.insert(0, ms[0].clone());
+    let p = run(&s, now.clone(), vec![], &v2, 20);
+    s.status = Some(p.status);
+    let p = run(&s, now.clone(), vec![], &v2, 31);
+    // m4 went in the second batch; m1 stays on revision 1 while paused.
+    assert!(pins(&p).iter().all(|(m, _)| m != "m1"), "{:?}", p.actions);
+    s.status = Some(p.status);
+    let p = run(&s, now.clone(), vec![], &v2, 42);
+    s.status = Some(p.status);
+    let p = run(&s, now.clone(), vec![], &v2, 53);
+    assert_eq!(p.status.rollout_state, Some(RolloutState::Progressing));
+    assert!(
+        cond_msg(&p, cond::PROGRESSING).contains("WaitingForPausedMachines m1 paused"),
+        "{}",
+        cond_msg(&p, cond::PROGRESSING)
+    );
+    // Resumed: it is rolled like the others.
+    now[0].paused = false;
+    let p = run(&s, now, vec![], &v2, 54);
     assert_eq!(pins(&p), [("m1".into(), 2)]);
 }
 

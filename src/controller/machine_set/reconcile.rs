@@ -15,6 +15,7 @@ use std::time::Duration;
 use jiff::Timestamp;
 use tracing::Instrument;
 
+use super::metrics;
 use super::pin::pin_of;
 use super::plan::{Action, Health, Input, MachineView, plan};
 use super::probe::Prober;
@@ -71,6 +72,7 @@ impl MachineSetReconciler {
             phase: st.and_then(|s| s.phase).unwrap_or_default(),
             pinned: pinned.or_else(|| labels(m).get(SET_LABEL).map(|_| 0)),
             installed: st.and_then(|s| s.provisioned_revision.clone()),
+            paused: m.is_paused(),
             health: Health::default(),
         }
     }
@@ -132,6 +134,7 @@ impl MachineSetReconciler {
                 Err(e) => return Err(e.into()),
             }
         }
+        metrics::forget(&key.to_string());
         Ok(Requeue::Forget)
     }
 
@@ -198,6 +201,8 @@ impl MachineSetReconciler {
             s.status = Some(p.status.clone());
             self.store.update_status_obj(&s).await?;
         }
+        let old = set.status.clone().unwrap_or_default();
+        metrics::record(&key.to_string(), &metrics::changes(&old, &p.status));
         let mut conflicts = false;
         for a in &p.actions {
             let r = match a {
@@ -253,7 +258,12 @@ impl MachineSetReconciler {
         let ns = set.metadata.namespace.as_deref().unwrap_or("default");
         let mut m: Machine = self.store.get_obj(ns, name).await?;
         let phase = m.status.as_ref().and_then(|s| s.phase);
-        if labels(&m).contains_key(SET_LABEL) || phase != Some(MachinePhase::Available) {
+        // As read now, not as planned: claimed meanwhile, busy, or paused
+        // by its owner since the plan was made.
+        if labels(&m).contains_key(SET_LABEL)
+            || phase != Some(MachinePhase::Available)
+            || m.is_paused()
+        {
             return Ok(());
         }
         let set_name = set.metadata.name.clone().unwrap_or_default();

@@ -259,3 +259,118 @@ async fn two_sets_racing_for_one_pool_never_share_a_machine() {
         }
     }
 }
+
+#[tokio::test]
+async fn a_paused_machine_is_not_claimed_until_unpaused() {
+    let e = env();
+    for n in ["m1", "m2"] {
+        available(&e, n).await;
+    }
+    let pause = |paused: bool| {
+        let store = e.store.clone();
+        async move {
+            let mut m: Machine = store.get_obj("default", "m1").await.unwrap();
+            let a = m.metadata.annotations.get_or_insert_default();
+            if paused {
+                a.insert(PAUSED_ANNOTATION.to_string(), "true".to_string());
+            } else {
+                a.remove(PAUSED_ANNOTATION);
+            }
+            store.update_obj(&m).await.unwrap();
+        }
+    };
+    pause(true).await;
+    class_obj(&e, "1.0").await;
+    set(&e, "workers", 2).await;
+    let r = reconciler(&e);
+    reconcile(&r, "workers").await;
+    let c = claims(&e).await;
+    assert_eq!(c.keys().collect::<Vec<_>>(), ["m2"], "{c:?}");
+    let m1: Machine = e.store.get_obj("default", "m1").await.unwrap();
+    assert!(m1.spec.class_ref.is_none(), "a paused machine got a class");
+    let s: MachineSet = e.store.get_obj("default", "workers").await.unwrap();
+    let pool = s
+        .status
+        .unwrap()
+        .conditions
+        .into_iter()
+        .find(|c| c.type_ == cond::POOL)
+        .unwrap();
+    assert_eq!(pool.message, "wanted 2, claimable 1");
+    pause(false).await;
+    reconcile(&r, "workers").await;
+    let c = claims(&e).await;
+    assert_eq!(c.keys().collect::<Vec<_>>(), ["m1", "m2"], "{c:?}");
+}
+
+/// With a target cluster configured, the gate waits for the Node: a
+/// machine Ready on the batch's revision whose `NodeReady` condition is not
+/// True is out of service, and the batch passes once it is.
+#[tokio::test]
+async fn with_a_cluster_the_gate_waits_for_node_ready() {
+    let e = env();
+    available(&e, "m1").await;
+    class_obj(&e, "1.0").await;
+    set(&e, "workers", 1).await;
+    let r = MachineSetReconciler {
+        cluster_configured: true,
+        ..reconciler(&e)
+    };
+    // As the Machine controller would: installed, Ready, Node as given.
+    let installed = |rev: usize, node_ready: bool| {
+        let store = e.store.clone();
+        async move {
+            let s: MachineSet = store.get_obj("default", "workers").await.unwrap();
+            let hash = s.status.unwrap().revisions[rev - 1].hash.clone();
+            let mut m: Machine = store.get_obj("default", "m1").await.unwrap();
+            let st = m.status.get_or_insert_default();
+            st.phase = Some(MachinePhase::Ready);
+            st.provisioned_revision = Some(hash);
+            st.conditions = vec![Condition {
+                type_: "NodeReady".into(),
+                status: if node_ready { "True" } else { "False" }.into(),
+                observed_generation: None,
+                last_transition_time: jiff::Timestamp::now(),
+                reason: "KubeletReady".into(),
+                message: String::new(),
+            }];
+            store.update_status_obj(&m).await.unwrap();
+        }
+    };
+    let status = || {
+        let store = e.store.clone();
+        async move {
+            let s: MachineSet = store.get_obj("default", "workers").await.unwrap();
+            s.status.unwrap()
+        }
+    };
+    reconcile(&r, "workers").await;
+    installed(1, false).await;
+    reconcile(&r, "workers").await;
+    let st = status().await;
+    assert_eq!(st.available_replicas, 0);
+    assert_eq!(st.rollout_state, Some(RolloutState::Progressing));
+    installed(1, true).await;
+    reconcile(&r, "workers").await;
+    let st = status().await;
+    assert_eq!(
+        (st.available_replicas, st.rollout_state),
+        (1, Some(RolloutState::Complete))
+    );
+
+    // A new class version: the batch holds while the Node is not Ready.
+    class_obj(&e, "2.0").await;
+    reconcile(&r, "workers").await;
+    let st = status().await;
+    assert_eq!(st.current_batch.as_ref().unwrap().revision, 2);
+    installed(2, false).await;
+    reconcile(&r, "workers").await;
+    let b = status().await.current_batch.unwrap();
+    assert!(!b.machines[0].passed && b.machines[0].healthy_since.is_none());
+    installed(2, true).await;
+    reconcile(&r, "workers").await;
+    reconcile(&r, "workers").await;
+    let st = status().await;
+    assert_eq!(st.rollout_state, Some(RolloutState::Complete), "{st:?}");
+    assert_eq!(st.current_revision, Some(2));
+}

@@ -33,14 +33,14 @@ pub struct ListQuery {
     pub include_object: Option<String>,
 }
 
-type Res = Result<Response, ApiError>;
+pub(super) type Res = Result<Response, ApiError>;
 
 fn query(q: Result<Query<ListQuery>, QueryRejection>) -> Result<ListQuery, ApiError> {
     q.map(|Query(q)| q)
         .map_err(|e| ApiError::bad_request(e.body_text()))
 }
 
-fn kind_of(group: Group, plural: &str) -> Result<Kind, ApiError> {
+pub(super) fn kind_of(group: Group, plural: &str) -> Result<Kind, ApiError> {
     group
         .kind(plural)
         .ok_or_else(|| ApiError::not_found(format!("the server does not serve {plural:?}")))
@@ -54,7 +54,7 @@ fn check_ns(ns: &str) -> Result<(), ApiError> {
     }
 }
 
-fn ok_json(code: StatusCode, v: &Value) -> Response {
+pub(super) fn ok_json(code: StatusCode, v: &Value) -> Response {
     (code, axum::Json(v)).into_response()
 }
 
@@ -203,7 +203,7 @@ fn json_content(headers: &HeaderMap) -> Result<(), ApiError> {
 }
 
 /// Parse a JSON body into an object.
-fn parse_body(body: &Bytes) -> Result<Value, ApiError> {
+pub(super) fn parse_body(body: &Bytes) -> Result<Value, ApiError> {
     let v: Value = serde_json::from_slice(body)
         .map_err(|e| ApiError::bad_request(format!("request body is not valid JSON: {e}")))?;
     if !v.is_object() {
@@ -269,7 +269,7 @@ fn conform(kind: Kind, ns: &str, name: Option<&str>, v: &mut Value) -> Result<()
 }
 
 /// Validate and bring into canonical form; errors are 422 with causes.
-fn checked(kind: Kind, v: &Value) -> Result<Value, ApiError> {
+pub(super) fn checked(kind: Kind, v: &Value) -> Result<Value, ApiError> {
     let name = meta_str(v, "name").unwrap_or_default().to_string();
     validate(kind, v).map_err(|e| ApiError::invalid(kind, &name, &e))?;
     normalize(kind, v).map_err(|e| ApiError::invalid(kind, &name, &e))
@@ -361,6 +361,22 @@ pub async fn patch_status(
 ) -> Res {
     let kind = status_kind(group, &plural)?;
     merge_patch(st, kind, &ns, &name, &headers, &body, true).await
+}
+
+/// PATCH bodies are JSON merge patches: refuse any other Content-Type.
+pub(super) fn merge_patch_type(headers: &HeaderMap) -> Result<(), ApiError> {
+    let ct = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default();
+    if ct.starts_with("application/merge-patch+json") {
+        return Ok(());
+    }
+    Err(ApiError::new(
+        StatusCode::UNSUPPORTED_MEDIA_TYPE,
+        "UnsupportedMediaType",
+        format!("PATCH supports Content-Type application/merge-patch+json only, got {ct:?}"),
+    ))
 }
 
 /// Apply a JSON merge patch to the stored object and write it back. A patch

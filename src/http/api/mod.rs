@@ -1,5 +1,5 @@
 //! The Kubernetes-shaped REST API over the [`Store`]:
-//! `/apis/metalherd.dev/v1alpha1/namespaces/{ns}/{plural}[/{name}[/status]]`,
+//! `/apis/metalherd.dev/v1alpha1/namespaces/{ns}/{plural}[/{name}[/status|/scale]]`,
 //! `/api/v1/namespaces/{ns}/{secrets|events}[/{name}]`, and both without
 //! `namespaces/{ns}` for lists across namespaces. GET, LIST (label
 //! selectors), POST, PUT, PATCH (JSON merge patch), DELETE and
@@ -14,6 +14,7 @@ pub mod fields;
 mod handlers;
 pub mod normalize;
 pub mod openapi;
+pub mod scale;
 pub mod status;
 pub mod table;
 mod watch;
@@ -98,6 +99,12 @@ fn group_routes(group: Group) -> Router<ApiState> {
         .route(
             "/namespaces/{ns}/{plural}/{name}/status",
             get(get_status).put(replace_status).patch(patch_status),
+        )
+        .route(
+            "/namespaces/{ns}/{plural}/{name}/scale",
+            get(scale::get_scale)
+                .put(scale::replace_scale)
+                .patch(scale::patch_scale),
         )
         .route("/{plural}", get(list_all))
         .method_not_allowed_fallback(|| async {

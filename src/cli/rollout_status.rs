@@ -1,0 +1,397 @@
+//! `metalherd rollout status machineset NAME`: follow a rollout from two
+//! watches (the set, and the Machines it claims), no polling. Prints each
+//! batch when the controller records it, each batch that passes its gate,
+//! each machine's phase as it moves, and the set's counts; exits 0 when
+//! the rollout is complete, 1 when it failed (or was rolled back) or
+//! `--timeout` passed first.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+use clap::Args;
+use futures::StreamExt;
+use futures::future::Either;
+use serde_json::Value;
+
+use super::GlobalArgs;
+use super::client::ApiClient;
+use super::rollout::{Target, set_kind};
+use crate::api::Kind;
+use crate::api::machine_set::{REVISION_LABEL, RolloutState, SET_LABEL};
+
+#[derive(Debug, Args)]
+pub struct StatusArgs {
+    #[command(flatten)]
+    pub target: Target,
+    /// Give up after this long (`90s`, `10m`, `1h`; `0`: wait for ever).
+    #[arg(long, default_value = "0", value_parser = parse_timeout)]
+    pub timeout: Duration,
+}
+
+/// `90`, `90s`, `10m`, `1h`.
+pub fn parse_timeout(s: &str) -> Result<Duration, String> {
+    let (n, unit) = match s.find(|c: char| !c.is_ascii_digit()) {
+        Some(i) => s.split_at(i),
+        None => (s, "s"),
+    };
+    let n: u64 = n
+        .parse()
+        .map_err(|_| format!("invalid duration {s:?}: use 90s, 10m or 1h"))?;
+    let secs = match unit {
+        "s" => n,
+        "m" => n * 60,
+        "h" => n * 3600,
+        _ => return Err(format!("invalid duration {s:?}: use 90s, 10m or 1h")),
+    };
+    Ok(Duration::from_secs(secs))
+}
+
+/// Where a watched rollout stands.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Verdict {
+    Waiting,
+    Complete(String),
+    Failed(String),
+}
+
+/// What was printed already, so each change is printed once.
+#[derive(Debug, Default)]
+pub struct Tracker {
+    name: String,
+    /// (revision, number, rollback) of the batch in flight last seen.
+    batch: Option<(i64, i64, bool)>,
+    passed: BTreeSet<(i64, i64)>,
+    counts: String,
+    note: String,
+    phases: BTreeMap<String, String>,
+}
+
+fn i(v: &Value, p: &str) -> i64 {
+    v.pointer(p).and_then(Value::as_i64).unwrap_or(0)
+}
+
+fn names(batch: &Value) -> String {
+    let n: Vec<&str> = batch["machines"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|m| m["name"].as_str())
+        .collect();
+    n.join(", ")
+}
+
+impl Tracker {
+    pub fn new(name: &str) -> Tracker {
+        Tracker {
+            name: name.to_string(),
+            ..Default::default()
+        }
+    }
+
+    fn note(&mut self, line: String, out: &mut Vec<String>) {
+        if self.note != line {
+            out.push(line.clone());
+            self.note = line;
+        }
+    }
+
+    /// A new state of the set: lines to print, and the verdict.
+    pub fn set(&mut self, set: &Value, out: &mut Vec<String>) -> Verdict {
+        let generation = i(set, "/metadata/generation");
+        let observed = i(set, "/status/observedGeneration");
+        if observed < generation {
+            self.note(
+                format!("Waiting for the controller to observe generation {generation}"),
+                out,
+            );
+            return Verdict::Waiting;
+        }
+        let st = &set["status"];
+        for b in st["completedBatches"].as_array().into_iter().flatten() {
+            let key = (i(b, "/revision"), i(b, "/number"));
+            if self.passed.insert(key) {
+                out.push(format!(
+                    "batch {} of revision {} passed its gate: {}",
+                    key.1,
+                    key.0,
+                    names(b)
+                ));
+            }
+        }
+        let cur = st.get("currentBatch").filter(|b| b.is_object());
+        let key = cur.map(|b| {
+            (
+                i(b, "/revision"),
+                i(b, "/number"),
+                b["rollback"].as_bool().unwrap_or(false),
+            )
+        });
+        if key != self.batch {
+            if let (Some(b), Some((rev, n, rollback))) = (cur, key) {
+                let what = if rollback {
+                    format!("rollback batch {n} to revision {rev}")
+                } else {
+                    format!("batch {n} of revision {rev}")
+                };
+                out.push(format!("{what} started: {}", names(b)));
+            }
+            self.batch = key;
+        }
+        let counts = format!(
+            "{} of {} updated, {} available, {} ready",
+            i(st, "/updatedReplicas"),
+            i(set, "/spec/replicas"),
+            i(st, "/availableReplicas"),
+            i(st, "/readyReplicas"),
+        );
+        if counts != self.counts {
+            out.push(format!("  {counts}"));
+            self.counts = counts;
+        }
+        let update = i(st, "/updateRevision");
+        let failure = st["lastFailure"]["message"].as_str().unwrap_or_default();
+        let state: Option<RolloutState> = serde_json::from_value(st["rolloutState"].clone()).ok();
+        match state {
+            Some(RolloutState::Complete) => Verdict::Complete(format!(
+                "machineset \"{}\" successfully rolled out: revision {update} on {} machines",
+                self.name,
+                i(st, "/updatedReplicas")
+            )),
+            Some(RolloutState::Failed) => {
+                let back = match key {
+                    Some((rev, _, true)) => format!("; rolling its batch back to revision {rev}"),
+                    _ => String::new(),
+                };
+                Verdict::Failed(format!(
+                    "rollout of machineset \"{}\" failed: {failure}{back}",
+                    self.name
+                ))
+            }
+            Some(RolloutState::RolledBack) => Verdict::Failed(format!(
+                "rollout of machineset \"{}\" failed and its batch was rolled back to revision {}: {failure}",
+                self.name,
+                i(st, "/currentRevision")
+            )),
+            Some(RolloutState::Paused) => {
+                self.note(
+                    format!(
+                        "rollout paused (resume with: metalherd rollout resume machineset {})",
+                        self.name
+                    ),
+                    out,
+                );
+                Verdict::Waiting
+            }
+            _ => Verdict::Waiting,
+        }
+    }
+
+    /// A Machine of the set changed (`quiet`: the first listing, not a
+    /// change): a line when its phase or revision moved.
+    pub fn machine(&mut self, m: &Value, quiet: bool, out: &mut Vec<String>) {
+        let name = m["metadata"]["name"].as_str().unwrap_or_default();
+        let phase = m["status"]["phase"].as_str().unwrap_or("-");
+        let rev = m["metadata"]["labels"][REVISION_LABEL]
+            .as_str()
+            .unwrap_or("-");
+        let now = format!("{phase} (revision {rev})");
+        let before = self.phases.insert(name.to_string(), now.clone());
+        if !quiet && before.as_deref() != Some(&now) {
+            out.push(format!("  machine {name}: {now}"));
+        }
+    }
+}
+
+fn print(out: &mut Vec<String>) {
+    for l in out.drain(..) {
+        println!("{l}");
+    }
+}
+
+pub async fn run(g: &GlobalArgs, a: StatusArgs) -> anyhow::Result<()> {
+    let t = a.target;
+    let kind = set_kind(&t.kind)?;
+    let client = ApiClient::from_global(g)?;
+    let follow = follow(&client, kind, &t.namespace, &t.name);
+    if a.timeout.is_zero() {
+        return follow.await;
+    }
+    match tokio::time::timeout(a.timeout, follow).await {
+        Ok(r) => r,
+        Err(_) => anyhow::bail!(
+            "timed out after {}s waiting for the rollout of machineset \"{}\"",
+            a.timeout.as_secs(),
+            t.name
+        ),
+    }
+}
+
+async fn follow(client: &ApiClient, kind: Kind, ns: &str, name: &str) -> anyhow::Result<()> {
+    let mut tr = Tracker::new(name);
+    let mut out = Vec::new();
+    let selector = format!("{SET_LABEL}={name}");
+    // A watch that ends (server restart, timeout) is opened again from a
+    // fresh read: nothing is missed, since the set's status is whole.
+    loop {
+        let set = client.get(kind, ns, name).await?;
+        let verdict = tr.set(&set, &mut out);
+        let machines = client
+            .list(Kind::Machine, Some(ns), Some(&selector))
+            .await?;
+        for m in machines["items"].as_array().into_iter().flatten() {
+            tr.machine(m, true, &mut out);
+        }
+        print(&mut out);
+        match verdict {
+            Verdict::Complete(s) => {
+                println!("{s}");
+                return Ok(());
+            }
+            Verdict::Failed(s) => anyhow::bail!(s),
+            Verdict::Waiting => {}
+        }
+        let rv = |v: &Value| {
+            v.pointer("/metadata/resourceVersion")
+                .and_then(Value::as_str)
+                .map(str::to_string)
+        };
+        let sets = client
+            .watch(kind, Some(ns), None, rv(&set).as_deref())
+            .await?;
+        let ms = client
+            .watch(
+                Kind::Machine,
+                Some(ns),
+                Some(&selector),
+                rv(&machines).as_deref(),
+            )
+            .await?;
+        let mut both = futures::stream::select(sets.map(Either::Left), ms.map(Either::Right));
+        while let Some(ev) = both.next().await {
+            match ev {
+                Either::Left(ev) => {
+                    let ev = ev?;
+                    if ev.object["metadata"]["name"].as_str() != Some(name) {
+                        continue;
+                    }
+                    if ev.type_ == "DELETED" {
+                        anyhow::bail!("machineset \"{name}\" was deleted");
+                    }
+                    let verdict = tr.set(&ev.object, &mut out);
+                    print(&mut out);
+                    match verdict {
+                        Verdict::Complete(s) => {
+                            println!("{s}");
+                            return Ok(());
+                        }
+                        Verdict::Failed(s) => anyhow::bail!(s),
+                        Verdict::Waiting => {}
+                    }
+                }
+                Either::Right(ev) => {
+                    tr.machine(&ev?.object, false, &mut out);
+                    print(&mut out);
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn set(gen_: i64, observed: i64, status: Value) -> Value {
+        let mut st = status;
+        st["observedGeneration"] = json!(observed);
+        json!({"metadata": {"name": "w", "generation": gen_}, "spec": {"replicas": 4}, "status": st})
+    }
+
+    fn batch(rev: i64, n: i64, names: &[&str], rollback: bool) -> Value {
+        let ms: Vec<Value> = names.iter().map(|n| json!({"name": n})).collect();
+        json!({"revision": rev, "number": n, "machines": ms, "rollback": rollback,
+               "startedAt": "2026-01-01T00:00:00Z"})
+    }
+
+    #[test]
+    fn follows_batches_and_ends_complete() {
+        let mut t = Tracker::new("w");
+        let mut out = Vec::new();
+        let old = json!({"rolloutState": "Complete", "updateRevision": 1});
+        // Not observed yet: the old Complete does not count.
+        assert_eq!(t.set(&set(2, 1, old), &mut out), Verdict::Waiting);
+        assert_eq!(out, ["Waiting for the controller to observe generation 2"]);
+        out.clear();
+        let b1 = json!({"rolloutState": "Progressing", "updateRevision": 2,
+            "currentBatch": batch(2, 1, &["m1", "m2"], false)});
+        assert_eq!(t.set(&set(2, 2, b1.clone()), &mut out), Verdict::Waiting);
+        assert_eq!(out[0], "batch 1 of revision 2 started: m1, m2");
+        out.clear();
+        // The same state again prints nothing.
+        t.set(&set(2, 2, b1), &mut out);
+        assert!(out.is_empty(), "{out:?}");
+        let b2 = json!({"rolloutState": "Progressing", "updateRevision": 2, "updatedReplicas": 2,
+            "completedBatches": [batch(2, 1, &["m1", "m2"], false)],
+            "currentBatch": batch(2, 2, &["m3", "m4"], false)});
+        t.set(&set(2, 2, b2), &mut out);
+        assert_eq!(
+            out,
+            [
+                "batch 1 of revision 2 passed its gate: m1, m2",
+                "batch 2 of revision 2 started: m3, m4",
+                "  2 of 4 updated, 0 available, 0 ready",
+            ]
+        );
+        out.clear();
+        let done = json!({"rolloutState": "Complete", "updateRevision": 2, "updatedReplicas": 4});
+        let v = t.set(&set(2, 2, done), &mut out);
+        assert_eq!(
+            v,
+            Verdict::Complete(
+                "machineset \"w\" successfully rolled out: revision 2 on 4 machines".into()
+            )
+        );
+    }
+
+    #[test]
+    fn a_failure_ends_it_and_says_why() {
+        let mut t = Tracker::new("w");
+        let mut out = Vec::new();
+        let failed = json!({"rolloutState": "Failed", "updateRevision": 2,
+            "currentBatch": batch(1, 1, &["m1"], true),
+            "lastFailure": {"message": "batch 1 of revision 2 failed: m1: machine went to Error"}});
+        let Verdict::Failed(msg) = t.set(&set(1, 1, failed), &mut out) else {
+            panic!("not failed")
+        };
+        assert!(msg.contains("m1: machine went to Error"), "{msg}");
+        assert!(
+            msg.ends_with("rolling its batch back to revision 1"),
+            "{msg}"
+        );
+        assert_eq!(out[0], "rollback batch 1 to revision 1 started: m1");
+    }
+
+    #[test]
+    fn machine_phases_print_on_change_only() {
+        let mut t = Tracker::new("w");
+        let mut out = Vec::new();
+        let m = |phase: &str, rev: &str| {
+            json!({"metadata": {"name": "m1", "labels": {REVISION_LABEL: rev}},
+                   "status": {"phase": phase}})
+        };
+        t.machine(&m("Ready", "1"), true, &mut out);
+        t.machine(&m("Ready", "1"), false, &mut out);
+        assert!(out.is_empty());
+        t.machine(&m("Reimaging", "2"), false, &mut out);
+        assert_eq!(out, ["  machine m1: Reimaging (revision 2)"]);
+    }
+
+    #[test]
+    fn timeouts_parse() {
+        assert_eq!(parse_timeout("90").unwrap(), Duration::from_secs(90));
+        assert_eq!(parse_timeout("10m").unwrap(), Duration::from_secs(600));
+        assert_eq!(parse_timeout("1h").unwrap(), Duration::from_secs(3600));
+        assert!(parse_timeout("soon").is_err());
+    }
+}
