@@ -70,7 +70,15 @@ pub(super) async fn start(
     }
 
     if let Some(wire) = config.boot.clone() {
-        let settings = wire.settings(data_dir).context("config boot")?;
+        // Tokens outlive the install deadline the controller runs with.
+        let deadline = config
+            .controller
+            .as_ref()
+            .map(|c| std::time::Duration::from_secs(c.install_deadline_seconds))
+            .unwrap_or(crate::controller::machine::Limits::default().install_deadline);
+        let settings = wire
+            .settings_for(data_dir, deadline)
+            .context("config boot")?;
         let metrics = crate::http::boot::BootMetrics::default();
         registry.with_registry(|r| metrics.register_into(r));
         let ra = settings.router_advertisement.clone();
