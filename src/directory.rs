@@ -252,14 +252,24 @@ fn remove_key(idx: &mut Index, key: &(String, String)) {
 #[derive(Clone)]
 pub struct BootRecorder {
     tx: mpsc::Sender<(String, String, BootEvent)>,
+    /// Warning events about Machines from the boot services that cannot
+    /// reach the store themselves (DHCP).
+    warn_tx: mpsc::Sender<Warned>,
     dropped: Arc<std::sync::atomic::AtomicU64>,
 }
+
+/// (namespace, name, reason, message) of a Warning event.
+type Warned = (String, String, &'static str, String);
+
+/// Warning events queued at most; more are dropped (and counted).
+const WARN_QUEUE: usize = 256;
 
 impl BootRecorder {
     /// Start the writer task; it ends when every recorder clone is dropped
     /// or `cancel` fires.
     pub fn spawn(store: Arc<dyn Store>, cancel: CancellationToken) -> BootRecorder {
         let (tx, mut rx) = mpsc::channel::<(String, String, BootEvent)>(4096);
+        let (warn_store, warn_cancel) = (store.clone(), cancel.clone());
         tokio::spawn(async move {
             use futures::StreamExt;
             loop {
@@ -290,8 +300,33 @@ impl BootRecorder {
                     .await;
             }
         });
+        let (warn_tx, mut warn_rx) = mpsc::channel::<Warned>(WARN_QUEUE);
+        tokio::spawn(async move {
+            loop {
+                let w = tokio::select! {
+                    _ = warn_cancel.cancelled() => return,
+                    w = warn_rx.recv() => w,
+                };
+                let Some((namespace, name, reason, message)) = w else {
+                    return;
+                };
+                let about = crate::store::events::Regarding {
+                    kind: Kind::Machine,
+                    namespace,
+                    name,
+                    uid: None,
+                };
+                let t = crate::store::events::EventType::Warning;
+                let r =
+                    crate::store::events::record(warn_store.as_ref(), &about, t, reason, &message);
+                if let Err(e) = r.await {
+                    tracing::warn!(error = %e, "cannot record event");
+                }
+            }
+        });
         BootRecorder {
             tx,
+            warn_tx,
             dropped: Arc::default(),
         }
     }
@@ -299,9 +334,21 @@ impl BootRecorder {
     /// A recorder whose steps go nowhere (tests of protocol code).
     pub fn discard() -> BootRecorder {
         let (tx, _rx) = mpsc::channel(1);
+        let (warn_tx, _rx) = mpsc::channel(1);
         BootRecorder {
             tx,
+            warn_tx,
             dropped: Arc::default(),
+        }
+    }
+
+    /// Queue a Warning event about a Machine (never blocks; a full queue
+    /// drops it and counts it).
+    pub fn warn(&self, namespace: &str, name: &str, reason: &'static str, message: &str) {
+        let w = (namespace.into(), name.into(), reason, message.into());
+        if self.warn_tx.try_send(w).is_err() {
+            self.dropped
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         }
     }
 

@@ -29,6 +29,9 @@ use super::lease_store::LeaseSync;
 ///       dns: [10.0.0.1]
 ///       domain: lab.example
 ///       leaseTime: 3600
+///     - subnet: 10.0.1.0/24                # behind a relay
+///       ranges: [{start: 10.0.1.100, end: 10.0.1.199}]
+///       relays: [10.0.1.1]                 # giaddr values answered for it
 ///   leaseSync: {mode: batch, intervalMs: 1000}   # or {mode: always}
 /// ```
 ///
@@ -37,6 +40,12 @@ use super::lease_store::LeaseSync;
 /// before the replies go out and flushes it every `intervalMs` (kill -9
 /// safe; a power loss may lose the last interval's leases); `always`
 /// flushes before every reply that depends on a write (power-loss safe).
+///
+/// A relayed request (giaddr set) is answered only when a subnet lists that
+/// giaddr under `relays` (the relay agent's address on the clients'
+/// subnet, so inside it); any other is dropped and counted
+/// (`drops{reason="unlisted_relay"}`), so a host on the boot network cannot
+/// pick a subnet by claiming to be a relay.
 #[derive(Clone, Debug, Default, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct DhcpConfig {
@@ -133,6 +142,10 @@ pub struct SubnetConfig {
     pub domain: Option<String>,
     #[serde(default)]
     pub lease_time: Option<u32>,
+    /// Relay agents (their giaddr) whose requests are answered from this
+    /// subnet; each inside the subnet. None: no relayed request is.
+    #[serde(default)]
+    pub relays: Vec<Ipv4Addr>,
 }
 
 #[derive(Clone, Debug, Deserialize)]
@@ -182,6 +195,8 @@ pub struct Subnet {
     pub dns: Vec<Ipv4Addr>,
     pub domain: Option<String>,
     pub lease_time: u32,
+    /// giaddr values answered for this subnet.
+    pub relays: Vec<Ipv4Addr>,
 }
 
 impl Subnet {
@@ -300,7 +315,18 @@ fn subnet_from(i: usize, s: &SubnetConfig) -> Result<Subnet, ConfigError> {
         dns: s.dns.clone(),
         domain: s.domain.clone(),
         lease_time: check_lease_time(&f("leaseTime"), s.lease_time, 3600)?,
+        relays: s.relays.clone(),
     };
+    for (j, r) in s.relays.iter().enumerate() {
+        if !net.contains(r) || *r == net.network() || *r == net.broadcast() {
+            return Err(err(
+                format!("subnets[{i}].relays[{j}]"),
+                format!(
+                    "{r} is not a host address inside {net} (a relay's giaddr is on its clients' subnet)"
+                ),
+            ));
+        }
+    }
     if sub.pool_size() > MAX_POOL {
         return Err(err(f("ranges"), format!("pool larger than {MAX_POOL}")));
     }

@@ -50,6 +50,10 @@ pub enum DropReason {
     ReservationInUse,
     #[error("no lease to act on")]
     NoLease,
+    #[error("relayed (giaddr) by a relay no subnet lists")]
+    UnlistedRelay,
+    #[error("DECLINE of a declared machine's reserved address (ignored)")]
+    DeclinedReservation,
 }
 
 impl DropReason {
@@ -72,6 +76,8 @@ impl DropReason {
             DropReason::Unhandled => "unhandled",
             DropReason::ReservationInUse => "reservation_in_use",
             DropReason::NoLease => "no_lease",
+            DropReason::UnlistedRelay => "unlisted_relay",
+            DropReason::DeclinedReservation => "declined_reservation",
         }
     }
 }

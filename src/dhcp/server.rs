@@ -378,6 +378,11 @@ impl Handler<'_> {
         if let Some(n) = out.notice {
             record_notice(self.recorder, n);
         }
+        if let Some(w) = out.warning {
+            tracing::warn!(machine = %w.name, "{}", w.message);
+            self.recorder
+                .warn(&w.namespace, &w.name, w.reason, &w.message);
+        }
         if let (Some(d), Some(tx)) = (out.discovered, self.disc_tx)
             && tx.try_send(d.into()).is_err()
         {
