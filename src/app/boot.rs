@@ -39,11 +39,19 @@ pub(super) async fn start(
         let metrics = crate::dhcp::metrics::DhcpMetrics::default();
         registry.with_registry(|r| metrics.register(r));
         let settings = crate::dhcp::DhcpSettings::try_from(wire).context("config dhcp")?;
+        let discovered = crate::discovery::Limits {
+            cap: settings.discovered_cap,
+            ttl: std::time::Duration::from_secs(settings.discovered_ttl),
+        };
         let bound = crate::dhcp::server::BoundServer::bind(settings, data_dir).await?;
         lease_releaser = Some(bound.releaser());
         lease_view = Some(bound.lease_view());
         let (st, dir, rec, c) = (
-            Some(crate::discovery::spawn(store.clone(), cancel.clone())),
+            Some(crate::discovery::spawn_with(
+                store.clone(),
+                discovered,
+                cancel.clone(),
+            )),
             directory.clone(),
             recorder.clone(),
             cancel.clone(),

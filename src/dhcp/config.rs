@@ -21,7 +21,7 @@ use super::lease_store::LeaseSync;
 ///   httpBootUrl: http://10.0.0.1:8080
 ///   ipxeScriptUrl: "http://10.0.0.1:8080/boot.ipxe?mac={mac}&arch={arch}"
 ///   bootFiles: {0: undionly.kpxe, 7: ipxe.efi, 9: ipxe.efi, 11: arm64/ipxe.efi}
-///   discovery: {enabled: true, leaseTime: 600}
+///   discovery: {enabled: true, leaseTime: 600, maxRecorded: 1024, recordTtlSeconds: 86400}
 ///   subnets:
 ///     - subnet: 10.0.0.0/24
 ///       ranges: [{start: 10.0.0.100, end: 10.0.0.199}]
@@ -126,6 +126,15 @@ pub struct DiscoveryConfig {
     /// Record unknown clients as DiscoveredMachine objects (default true).
     #[serde(default)]
     pub record: Option<bool>,
+    /// DiscoveredMachine objects kept at most (default 1024, 1..=100000):
+    /// past it new clients are not recorded (a flood of random MACs leaves
+    /// at most this many).
+    #[serde(default)]
+    pub max_recorded: Option<usize>,
+    /// A DiscoveredMachine not seen for this long is deleted (default
+    /// 86400, 60..=31536000).
+    #[serde(default)]
+    pub record_ttl_seconds: Option<u64>,
 }
 
 #[derive(Clone, Debug, Default, Deserialize)]
@@ -222,6 +231,10 @@ pub struct DhcpSettings {
     pub discovery: bool,
     pub discovery_lease_time: u32,
     pub record_discovered: bool,
+    /// DiscoveredMachine objects kept at most, and how long one lives
+    /// unseen (seconds).
+    pub discovered_cap: usize,
+    pub discovered_ttl: u64,
     pub subnets: Vec<Subnet>,
     pub offer_hold: u32,
     pub proxy_port_4011: bool,
@@ -411,6 +424,14 @@ impl TryFrom<DhcpConfig> for DhcpSettings {
                 "discovery needs a subnet with ranges to lease from",
             ));
         }
+        let discovered_cap = c.discovery.max_recorded.unwrap_or(1024);
+        if !(1..=100_000).contains(&discovered_cap) {
+            return Err(err("discovery.maxRecorded", "must be 1..=100000"));
+        }
+        let discovered_ttl = c.discovery.record_ttl_seconds.unwrap_or(86_400);
+        if !(60..=31_536_000).contains(&discovered_ttl) {
+            return Err(err("discovery.recordTtlSeconds", "must be 60..=31536000"));
+        }
         let offer_hold = c.offer_hold_seconds.unwrap_or(60);
         if !(1..=3600).contains(&offer_hold) {
             return Err(err("offerHoldSeconds", "must be 1..=3600"));
@@ -451,6 +472,8 @@ impl TryFrom<DhcpConfig> for DhcpSettings {
                 600,
             )?,
             record_discovered: c.discovery.record.unwrap_or(true),
+            discovered_cap,
+            discovered_ttl,
             subnets,
             offer_hold,
             proxy_port_4011: c.proxy_port_4011.unwrap_or(true),

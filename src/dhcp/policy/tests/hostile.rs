@@ -117,3 +117,23 @@ fn a_decline_of_a_reservation_is_counted_shown_and_ignored() {
     assert_eq!(out.dropped, Some(DropReason::DeclinedReservation));
     assert!(out.writes.is_empty());
 }
+
+#[test]
+fn the_discovered_set_is_bounded_by_config() {
+    let base = "interface: eth0\nsubnets:\n- subnet: 10.0.0.0/24\n  ranges: [{start: 10.0.0.100, end: 10.0.0.103}]\n";
+    let parse = |d: &str| {
+        let c: DhcpConfig = serde_yaml::from_str(&format!("{base}discovery: {d}\n")).unwrap();
+        DhcpSettings::try_from(c)
+    };
+    let s = parse("{enabled: true}").unwrap();
+    assert_eq!((s.discovered_cap, s.discovered_ttl), (1024, 86_400));
+    let s = parse("{enabled: true, maxRecorded: 10, recordTtlSeconds: 600}").unwrap();
+    assert_eq!((s.discovered_cap, s.discovered_ttl), (10, 600));
+    for (d, field) in [
+        ("{maxRecorded: 0}", "dhcp.discovery.maxRecorded"),
+        ("{recordTtlSeconds: 5}", "dhcp.discovery.recordTtlSeconds"),
+    ] {
+        let e = parse(d).unwrap_err().to_string();
+        assert!(e.starts_with(field), "{e}");
+    }
+}
