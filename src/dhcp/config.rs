@@ -33,6 +33,7 @@ use super::lease_store::LeaseSync;
 ///       ranges: [{start: 10.0.1.100, end: 10.0.1.199}]
 ///       relays: [10.0.1.1]                 # giaddr values answered for it
 ///   leaseSync: {mode: batch, intervalMs: 1000}   # or {mode: always}
+///   rateLimit: {perClientPerSecond: 20, perClientBurst: 40, globalPerSecond: 50000}
 /// ```
 ///
 /// `leaseSync` says when lease writes reach stable storage (see
@@ -83,6 +84,9 @@ pub struct DhcpConfig {
     /// When lease writes are flushed to disk.
     #[serde(default)]
     pub lease_sync: LeaseSyncConfig,
+    /// Per-client and global packet rate limits (see `limit.rs`).
+    #[serde(default)]
+    pub rate_limit: super::limit::RateLimitConfig,
 }
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
@@ -239,6 +243,7 @@ pub struct DhcpSettings {
     pub offer_hold: u32,
     pub proxy_port_4011: bool,
     pub lease_sync: LeaseSync,
+    pub rate_limit: super::limit::RateLimits,
 }
 
 /// What is wrong with a `dhcp:` section; the message names the field.
@@ -478,6 +483,7 @@ impl TryFrom<DhcpConfig> for DhcpSettings {
             offer_hold,
             proxy_port_4011: c.proxy_port_4011.unwrap_or(true),
             lease_sync,
+            rate_limit: c.rate_limit.validate()?,
         })
     }
 }

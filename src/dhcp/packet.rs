@@ -54,6 +54,10 @@ pub enum DropReason {
     UnlistedRelay,
     #[error("DECLINE of a declared machine's reserved address (ignored)")]
     DeclinedReservation,
+    #[error("over the client's rate limit")]
+    RateLimitedClient,
+    #[error("over the global rate limit for unknown clients")]
+    RateLimited,
 }
 
 impl DropReason {
@@ -78,6 +82,8 @@ impl DropReason {
             DropReason::NoLease => "no_lease",
             DropReason::UnlistedRelay => "unlisted_relay",
             DropReason::DeclinedReservation => "declined_reservation",
+            DropReason::RateLimitedClient => "rate_limited_client",
+            DropReason::RateLimited => "rate_limited",
         }
     }
 }
