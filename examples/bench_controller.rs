@@ -330,6 +330,8 @@ async fn run(n: usize, limit: usize) {
     let tftp = metalherd::tftp::TftpSettings::try_from(&metalherd::tftp::TftpConfig {
         listen: "127.0.0.1:0".parse().unwrap(),
         root: dir.path().to_path_buf(),
+        // Every simulated server boots from loopback: one address for all.
+        max_transfers_per_client: metalherd::tftp::TftpConfig::default().max_transfers,
         ..Default::default()
     })
     .unwrap();

@@ -24,6 +24,8 @@ async fn main() -> anyhow::Result<()> {
             Ok(t) => t.parse()?,
             Err(_) => TftpConfig::default().threads,
         },
+        // The storm comes from one host standing in for a rack of them.
+        max_transfers_per_client: TftpConfig::default().max_transfers,
         ..TftpConfig::default()
     };
     let source = Arc::new(DirSource::new(&config.root)?);

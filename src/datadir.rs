@@ -23,16 +23,50 @@ pub const SERVER_CERT_FILE: &str = "server.crt";
 /// The API server certificate's private key (PEM).
 pub const SERVER_KEY_FILE: &str = "server.key";
 
-/// Create the data directory and prove it is writable, with one clear line
-/// when it is not.
+/// Create the data directory (0700) and prove it is writable, with one
+/// clear line when it is not. The directory holds secrets (API token, boot
+/// token key, leases, BMC credentials in the store): from here on the
+/// process creates files for its owner only (umask 077), and what an older
+/// version or a person left readable inside is tightened (directories 0700,
+/// files 0600).
 pub fn prepare_data_dir(dir: &Path) -> anyhow::Result<()> {
+    nix::sys::stat::umask(nix::sys::stat::Mode::from_bits_truncate(0o077));
     let unwritable = |e: std::io::Error| {
         anyhow::anyhow!("data directory {} is not writable: {e}", dir.display())
     };
     std::fs::create_dir_all(dir).map_err(unwritable)?;
+    tighten(dir).map_err(|e| {
+        anyhow::anyhow!("cannot make data directory {} private: {e}", dir.display())
+    })?;
     let probe = dir.join(".write-test");
     std::fs::write(&probe, b"").map_err(unwritable)?;
     let _ = std::fs::remove_file(&probe);
+    Ok(())
+}
+
+/// Directories 0700 and files 0600 under `dir` (itself included);
+/// symbolic links are left alone (not followed).
+fn tighten(dir: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    let set = |p: &Path, mode: u32, have: u32| {
+        if have & 0o777 != mode {
+            std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode))
+        } else {
+            Ok(())
+        }
+    };
+    let meta = std::fs::symlink_metadata(dir)?;
+    set(dir, 0o700, meta.permissions().mode())?;
+    for entry in std::fs::read_dir(dir)? {
+        let entry = entry?;
+        let meta = entry.metadata()?;
+        let path = entry.path();
+        if meta.is_dir() {
+            tighten(&path)?;
+        } else if meta.is_file() {
+            set(&path, 0o600, meta.permissions().mode())?;
+        }
+    }
     Ok(())
 }
 
@@ -99,6 +133,35 @@ mod tests {
             .permissions()
             .mode();
         assert_eq!(mode & 0o777, 0o600);
+    }
+
+    #[test]
+    fn what_others_could_read_is_tightened() {
+        use std::os::unix::fs::PermissionsExt;
+        let d = tempfile::tempdir().unwrap();
+        let data = d.path().join("data");
+        std::fs::create_dir_all(data.join("cache/ab")).unwrap();
+        for (p, m) in [("", 0o755), ("cache", 0o755), ("cache/ab", 0o777)] {
+            std::fs::set_permissions(data.join(p), std::fs::Permissions::from_mode(m)).unwrap();
+        }
+        for f in ["api-token", "cache/ab/image"] {
+            std::fs::write(data.join(f), b"x").unwrap();
+            std::fs::set_permissions(data.join(f), std::fs::Permissions::from_mode(0o644)).unwrap();
+        }
+        prepare_data_dir(&data).unwrap();
+        let mode = |p: &str| {
+            std::fs::metadata(data.join(p))
+                .unwrap()
+                .permissions()
+                .mode()
+                & 0o777
+        };
+        for p in ["", "cache", "cache/ab"] {
+            assert_eq!(mode(p), 0o700, "{p}");
+        }
+        for f in ["api-token", "cache/ab/image"] {
+            assert_eq!(mode(f), 0o600, "{f}");
+        }
     }
 
     #[test]

@@ -48,7 +48,7 @@ fn kill_9_scenario(extra: &str) {
     std::fs::write(
         &cfg,
         format!(
-            "dhcp:\n{extra}  interface: {}\n  discovery: {{enabled: true, record: false, leaseTime: 3600}}\n  subnets:\n  - subnet: 10.66.0.0/16\n    ranges: [{{start: 10.66.1.0, end: 10.66.2.255}}]\n    router: 10.66.0.1\n",
+            "dhcp:\n{extra}  interface: {}\n  discovery: {{enabled: true, record: false, leaseTime: 3600}}\n  subnets:\n  - subnet: 10.66.0.0/16\n    ranges: [{{start: 10.66.1.0, end: 10.66.2.255}}]\n    router: 10.66.0.1\n    relays: [10.66.0.2]\n",
             pair.server_if
         ),
     )

@@ -200,7 +200,7 @@ fn relayed_request_is_answered_to_the_relay_with_option_82() {
     net.address = Some("10.88.0.20/24".into());
     net.gateway = Some("10.88.0.1".into());
     directory.upsert(&m);
-    let extra = "- subnet: 10.88.0.0/24\n  ranges: [{start: 10.88.0.100, end: 10.88.0.150}]\n  router: 10.88.0.1\n";
+    let extra = "- subnet: 10.88.0.0/24\n  ranges: [{start: 10.88.0.100, end: 10.88.0.150}]\n  router: 10.88.0.1\n  relays: [10.88.0.1]\n";
     let _srv = serve(
         &pair.server.name,
         &config(&pair.server_if, extra),
@@ -224,6 +224,11 @@ fn relayed_request_is_answered_to_the_relay_with_option_82() {
         req.opts.push((50, vec![10, 88, 0, 20]));
         req.opts.push((54, vec![10, 77, 0, 1]));
         let ack = dhcp_clients::exchange(&s, &req, server, Duration::from_secs(3));
+        // The same request claiming another relay on that subnet: the
+        // config does not list it, so nothing is answered.
+        req.giaddr = Ipv4Addr::new(10, 88, 0, 9);
+        let unlisted = dhcp_clients::exchange(&s, &req, server, Duration::from_secs(2));
+        assert!(unlisted.is_none(), "an unlisted relay was answered");
         (offer, ack)
     })
     .join()

@@ -177,7 +177,6 @@ async fn every_example_class_renders_its_install_script_through_the_image_cache(
     let dir = tempfile::tempdir().unwrap();
     let store: Arc<dyn Store> = Arc::new(EmbeddedStore::open(&dir.path().join("s.redb")).unwrap());
     let (url, directory) = boot_server(store.clone(), &dir.path().join("data")).await;
-    let http = reqwest::Client::new();
 
     let docs = example_docs();
     let classes: Vec<&Value> = docs
@@ -244,12 +243,14 @@ async fn every_example_class_renders_its_install_script_through_the_image_cache(
 
         let mac = [0x52, 0x54, 0x00, 0xee, 0x00, i as u8];
         let mac_s = format!("52:54:00:ee:00:{i:02x}");
-        let m = bootlab::machine(
-            &format!("ex-{i}"),
-            &mac_s,
-            &format!("10.0.9.{}/24", 10 + i),
-            &name,
-        );
+        // Reserved on loopback: the install script goes only to the
+        // machine's address, and this client's requests come from it.
+        let here = format!("127.0.9.{}", 10 + i);
+        let m = bootlab::machine(&format!("ex-{i}"), &mac_s, &format!("{here}/8"), &name);
+        let http = reqwest::Client::builder()
+            .local_address(here.parse::<std::net::IpAddr>().unwrap())
+            .build()
+            .unwrap();
         bootlab::create_booting(store.as_ref(), &m, "boot-1").await;
         for _ in 0..250 {
             if matches!(

@@ -283,6 +283,27 @@ pub struct BootRecord {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(with = "Option<String>")]
     pub outcome: Option<super::BootOutcome>,
+    /// Set when the installed OS of this boot called home `booted` (taken
+    /// once).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "Option<String>")]
+    pub booted_at: Option<Timestamp>,
+    /// The configs of this boot handed out in full (`install`, `node`):
+    /// each is served once, so a second complete fetch is refused.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub configs_served: Vec<ServedConfig>,
+}
+
+/// One config of a boot, handed out in full.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ServedConfig {
+    /// `install` or `node`.
+    pub stage: String,
+    /// The address it went to.
+    pub address: String,
+    #[schemars(with = "String")]
+    pub at: Timestamp,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]

@@ -39,11 +39,19 @@ pub(super) async fn start(
         let metrics = crate::dhcp::metrics::DhcpMetrics::default();
         registry.with_registry(|r| metrics.register(r));
         let settings = crate::dhcp::DhcpSettings::try_from(wire).context("config dhcp")?;
+        let discovered = crate::discovery::Limits {
+            cap: settings.discovered_cap,
+            ttl: std::time::Duration::from_secs(settings.discovered_ttl),
+        };
         let bound = crate::dhcp::server::BoundServer::bind(settings, data_dir).await?;
         lease_releaser = Some(bound.releaser());
         lease_view = Some(bound.lease_view());
         let (st, dir, rec, c) = (
-            Some(crate::discovery::spawn(store.clone(), cancel.clone())),
+            Some(crate::discovery::spawn_with(
+                store.clone(),
+                discovered,
+                cancel.clone(),
+            )),
             directory.clone(),
             recorder.clone(),
             cancel.clone(),
@@ -71,7 +79,15 @@ pub(super) async fn start(
     }
 
     if let Some(wire) = config.boot.clone() {
-        let settings = wire.settings(data_dir).context("config boot")?;
+        // Tokens outlive the install deadline the controller runs with.
+        let deadline = config
+            .controller
+            .as_ref()
+            .map(|c| std::time::Duration::from_secs(c.install_deadline_seconds))
+            .unwrap_or(crate::controller::machine::Limits::default().install_deadline);
+        let settings = wire
+            .settings_for(data_dir, deadline)
+            .context("config boot")?;
         let metrics = crate::http::boot::BootMetrics::default();
         registry.with_registry(|r| metrics.register_into(r));
         let ra = settings.router_advertisement.clone();

@@ -21,7 +21,7 @@ use super::lease_store::LeaseSync;
 ///   httpBootUrl: http://10.0.0.1:8080
 ///   ipxeScriptUrl: "http://10.0.0.1:8080/boot.ipxe?mac={mac}&arch={arch}"
 ///   bootFiles: {0: undionly.kpxe, 7: ipxe.efi, 9: ipxe.efi, 11: arm64/ipxe.efi}
-///   discovery: {enabled: true, leaseTime: 600}
+///   discovery: {enabled: true, leaseTime: 600, maxRecorded: 1024, recordTtlSeconds: 86400}
 ///   subnets:
 ///     - subnet: 10.0.0.0/24
 ///       ranges: [{start: 10.0.0.100, end: 10.0.0.199}]
@@ -29,7 +29,11 @@ use super::lease_store::LeaseSync;
 ///       dns: [10.0.0.1]
 ///       domain: lab.example
 ///       leaseTime: 3600
+///     - subnet: 10.0.1.0/24                # behind a relay
+///       ranges: [{start: 10.0.1.100, end: 10.0.1.199}]
+///       relays: [10.0.1.1]                 # giaddr values answered for it
 ///   leaseSync: {mode: batch, intervalMs: 1000}   # or {mode: always}
+///   rateLimit: {perClientPerSecond: 20, perClientBurst: 40, globalPerSecond: 50000}
 /// ```
 ///
 /// `leaseSync` says when lease writes reach stable storage (see
@@ -37,6 +41,12 @@ use super::lease_store::LeaseSync;
 /// before the replies go out and flushes it every `intervalMs` (kill -9
 /// safe; a power loss may lose the last interval's leases); `always`
 /// flushes before every reply that depends on a write (power-loss safe).
+///
+/// A relayed request (giaddr set) is answered only when a subnet lists that
+/// giaddr under `relays` (the relay agent's address on the clients'
+/// subnet, so inside it); any other is dropped and counted
+/// (`drops{reason="unlisted_relay"}`), so a host on the boot network cannot
+/// pick a subnet by claiming to be a relay.
 #[derive(Clone, Debug, Default, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct DhcpConfig {
@@ -74,6 +84,9 @@ pub struct DhcpConfig {
     /// When lease writes are flushed to disk.
     #[serde(default)]
     pub lease_sync: LeaseSyncConfig,
+    /// Per-client and global packet rate limits (see `limit.rs`).
+    #[serde(default)]
+    pub rate_limit: super::limit::RateLimitConfig,
 }
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
@@ -117,6 +130,15 @@ pub struct DiscoveryConfig {
     /// Record unknown clients as DiscoveredMachine objects (default true).
     #[serde(default)]
     pub record: Option<bool>,
+    /// DiscoveredMachine objects kept at most (default 1024, 1..=100000):
+    /// past it new clients are not recorded (a flood of random MACs leaves
+    /// at most this many).
+    #[serde(default)]
+    pub max_recorded: Option<usize>,
+    /// A DiscoveredMachine not seen for this long is deleted (default
+    /// 86400, 60..=31536000).
+    #[serde(default)]
+    pub record_ttl_seconds: Option<u64>,
 }
 
 #[derive(Clone, Debug, Default, Deserialize)]
@@ -133,6 +155,10 @@ pub struct SubnetConfig {
     pub domain: Option<String>,
     #[serde(default)]
     pub lease_time: Option<u32>,
+    /// Relay agents (their giaddr) whose requests are answered from this
+    /// subnet; each inside the subnet. None: no relayed request is.
+    #[serde(default)]
+    pub relays: Vec<Ipv4Addr>,
 }
 
 #[derive(Clone, Debug, Deserialize)]
@@ -198,6 +224,8 @@ pub struct Subnet {
     pub dns: Vec<Ipv4Addr>,
     pub domain: Option<String>,
     pub lease_time: u32,
+    /// giaddr values answered for this subnet.
+    pub relays: Vec<Ipv4Addr>,
 }
 
 impl Subnet {
@@ -223,10 +251,15 @@ pub struct DhcpSettings {
     pub discovery: bool,
     pub discovery_lease_time: u32,
     pub record_discovered: bool,
+    /// DiscoveredMachine objects kept at most, and how long one lives
+    /// unseen (seconds).
+    pub discovered_cap: usize,
+    pub discovered_ttl: u64,
     pub subnets: Vec<Subnet>,
     pub offer_hold: u32,
     pub proxy_port_4011: bool,
     pub lease_sync: LeaseSync,
+    pub rate_limit: super::limit::RateLimits,
 }
 
 /// What is wrong with a `dhcp:` section; the message names the field.
@@ -316,7 +349,18 @@ fn subnet_from(i: usize, s: &SubnetConfig) -> Result<Subnet, ConfigError> {
         dns: s.dns.clone(),
         domain: s.domain.clone(),
         lease_time: check_lease_time(&f("leaseTime"), s.lease_time, 3600)?,
+        relays: s.relays.clone(),
     };
+    for (j, r) in s.relays.iter().enumerate() {
+        if !net.contains(r) || *r == net.network() || *r == net.broadcast() {
+            return Err(err(
+                format!("subnets[{i}].relays[{j}]"),
+                format!(
+                    "{r} is not a host address inside {net} (a relay's giaddr is on its clients' subnet)"
+                ),
+            ));
+        }
+    }
     if sub.pool_size() > MAX_POOL {
         return Err(err(f("ranges"), format!("pool larger than {MAX_POOL}")));
     }
@@ -401,6 +445,14 @@ impl TryFrom<DhcpConfig> for DhcpSettings {
                 "discovery needs a subnet with ranges to lease from",
             ));
         }
+        let discovered_cap = c.discovery.max_recorded.unwrap_or(1024);
+        if !(1..=100_000).contains(&discovered_cap) {
+            return Err(err("discovery.maxRecorded", "must be 1..=100000"));
+        }
+        let discovered_ttl = c.discovery.record_ttl_seconds.unwrap_or(86_400);
+        if !(60..=31_536_000).contains(&discovered_ttl) {
+            return Err(err("discovery.recordTtlSeconds", "must be 60..=31536000"));
+        }
         let offer_hold = c.offer_hold_seconds.unwrap_or(60);
         if !(1..=3600).contains(&offer_hold) {
             return Err(err("offerHoldSeconds", "must be 1..=3600"));
@@ -441,10 +493,13 @@ impl TryFrom<DhcpConfig> for DhcpSettings {
                 600,
             )?,
             record_discovered: c.discovery.record.unwrap_or(true),
+            discovered_cap,
+            discovered_ttl,
             subnets,
             offer_hold,
             proxy_port_4011: c.proxy_port_4011.unwrap_or(true),
             lease_sync,
+            rate_limit: c.rate_limit.validate()?,
         })
     }
 }

@@ -13,6 +13,7 @@ pub mod lease;
 pub mod lease_db;
 pub mod lease_store;
 pub mod lease_view;
+pub mod limit;
 pub mod metrics;
 pub mod options;
 pub mod packet;

@@ -50,6 +50,14 @@ pub enum DropReason {
     ReservationInUse,
     #[error("no lease to act on")]
     NoLease,
+    #[error("relayed (giaddr) by a relay no subnet lists")]
+    UnlistedRelay,
+    #[error("DECLINE of a declared machine's reserved address (ignored)")]
+    DeclinedReservation,
+    #[error("over the client's rate limit")]
+    RateLimitedClient,
+    #[error("over the global rate limit for unknown clients")]
+    RateLimited,
 }
 
 impl DropReason {
@@ -72,6 +80,10 @@ impl DropReason {
             DropReason::Unhandled => "unhandled",
             DropReason::ReservationInUse => "reservation_in_use",
             DropReason::NoLease => "no_lease",
+            DropReason::UnlistedRelay => "unlisted_relay",
+            DropReason::DeclinedReservation => "declined_reservation",
+            DropReason::RateLimitedClient => "rate_limited_client",
+            DropReason::RateLimited => "rate_limited",
         }
     }
 }

@@ -159,6 +159,19 @@ impl Policy {
                 };
             }
         };
+        if !req.giaddr.is_unspecified()
+            && !self
+                .cfg
+                .subnets
+                .iter()
+                .any(|s| s.relays.contains(&req.giaddr))
+        {
+            return Outcome {
+                request_type: Some(req.msg_type),
+                dropped: Some(DropReason::UnlistedRelay),
+                ..Outcome::default()
+            };
+        }
         let machine = machines.by_mac(&req.mac);
         let ctx = Ctx {
             p: self,
@@ -512,6 +525,24 @@ const DECLINE_HOLD: u64 = 600;
 
 fn decline(c: &Ctx, leases: &mut LeaseTable) -> Result<Outcome, DropReason> {
     let ip = c.req.requested_ip().ok_or(DropReason::NoLease)?;
+    // A client is only the MAC it sends: a DECLINE must not keep a declared
+    // Machine off its reservation. Counted, shown, ignored.
+    if let Some(e) = c.machines.by_ip(&ip)
+        && e.address.is_some_and(|a| a.addr() == ip)
+    {
+        return Ok(Outcome {
+            dropped: Some(DropReason::DeclinedReservation),
+            warning: Some(Warning {
+                namespace: e.namespace.clone(),
+                name: e.name.clone(),
+                reason: "ReservationDeclined",
+                message: format!(
+                    "a DHCP DECLINE named the reserved address {ip}: ignored, the reservation is kept"
+                ),
+            }),
+            ..Outcome::default()
+        });
+    }
     match leases.get(ip) {
         Some(l) if l.belongs_to(&c.client, &c.req.mac) => Ok(Outcome {
             writes: leases.decline(ip, c.client, c.req.mac, c.now + DECLINE_HOLD),

@@ -22,6 +22,7 @@ use super::discovery::DiscoveredClient;
 use super::lease::{LeaseTable, LeaseWrite};
 use super::lease_store::{DEFAULT_RECORDS, LeaseStore, LeaseStoreError};
 use super::lease_view::LeaseView;
+use super::limit::Limiter;
 use super::metrics::DhcpMetrics;
 use super::packet::MAX_LEN;
 use super::persist::{Held, Outbox, Persister};
@@ -72,6 +73,14 @@ pub fn record_notice(recorder: &BootRecorder, n: Notice) {
             boot_id: n.boot_id,
         },
     );
+}
+
+/// Milliseconds since the Unix epoch (the rate limiter's clock).
+fn millis() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
 }
 
 /// Unix seconds now.
@@ -243,7 +252,9 @@ impl BoundServer {
         let mut sweep = tokio::time::interval(Duration::from_secs(5));
         let mut b67 = vec![0u8; MAX_LEN + 1];
         let mut b4011 = vec![0u8; MAX_LEN + 1];
+        let limiter = std::sync::Mutex::new(Limiter::new(policy.cfg.rate_limit, millis()));
         let ctx = Handler {
+            limiter: &limiter,
             policy: &policy,
             directory: &directory,
             recorder: &recorder,
@@ -322,6 +333,7 @@ pub async fn run(
 }
 
 struct Handler<'a> {
+    limiter: &'a std::sync::Mutex<Limiter>,
     policy: &'a Policy,
     directory: &'a Directory,
     recorder: &'a BootRecorder,
@@ -342,6 +354,18 @@ impl Handler<'_> {
         writes: &mut Vec<LeaseWrite>,
         held: &mut Vec<Held>,
     ) {
+        if let Some(mac) = bytes.get(28..34).and_then(|b| <[u8; 6]>::try_from(b).ok()) {
+            let known = self.directory.by_mac(&mac).is_some();
+            let checked = self
+                .limiter
+                .lock()
+                .map(|mut l| l.check(mac, known, millis()))
+                .unwrap_or(Ok(()));
+            if let Err(d) = checked {
+                self.metrics.drop(d.label());
+                return;
+            }
+        }
         let out = self.policy.handle(bytes, via, self.directory, table, now);
         // The span's fields are only formatted when debug logging is on.
         let span = tracing::debug_span!(
@@ -379,6 +403,7 @@ impl Handler<'_> {
             record_notice(self.recorder, n);
         }
         if let Some(w) = out.warning {
+            tracing::warn!(machine = %w.name, "{}", w.message);
             self.recorder
                 .warn(&w.namespace, &w.name, w.reason, &w.message);
         }

@@ -21,6 +21,13 @@ pub struct TftpConfig {
     /// client retransmits its request after its timeout and is served once
     /// a slot frees (an ERROR would end a firmware's boot attempt instead).
     pub max_transfers: usize,
+    /// Transfers in flight at once from one client address (any port),
+    /// within `maxTransfers`; requests beyond get no answer, like a busy
+    /// server's (counted as `client_busy`).
+    pub max_transfers_per_client: usize,
+    /// Largest `timeout` option (RFC 2349, 1..255 s) a client may ask;
+    /// more is not acknowledged and the server's `timeoutMs` applies.
+    pub max_client_timeout_seconds: u64,
     /// ERROR replies to refused requests (malformed, not found, forbidden,
     /// writes) per second, all clients together: they go to addresses
     /// nobody verified. A refusal over the budget is not answered; the
@@ -51,6 +58,8 @@ impl Default for TftpConfig {
             listen: SocketAddr::from(([0, 0, 0, 0], 69)),
             root: PathBuf::from("boot-assets"),
             max_transfers: 4096,
+            max_transfers_per_client: 8,
+            max_client_timeout_seconds: super::session::MAX_CLIENT_TIMEOUT,
             error_replies_per_second: 200,
             error_reply_burst: 200,
             timeout_ms: 1000,
@@ -77,6 +86,7 @@ pub struct TftpSettings {
     pub listen: SocketAddr,
     pub root: PathBuf,
     pub max_transfers: usize,
+    pub max_transfers_per_client: usize,
     pub error_replies_per_second: u32,
     pub error_reply_burst: u32,
     pub drain: Duration,
@@ -93,6 +103,7 @@ impl TryFrom<&TftpConfig> for TftpSettings {
             listen: c.listen,
             root: c.root.clone(),
             max_transfers: c.max_transfers,
+            max_transfers_per_client: c.max_transfers_per_client,
             error_replies_per_second: c.error_replies_per_second,
             error_reply_burst: c.error_reply_burst,
             drain: Duration::from_millis(c.drain_ms),
@@ -111,6 +122,15 @@ impl TftpConfig {
         };
         if self.max_transfers == 0 {
             return Err(err("maxTransfers", "must be at least 1"));
+        }
+        if self.max_transfers_per_client == 0 {
+            return Err(err("maxTransfersPerClient", "must be at least 1"));
+        }
+        if !(1..=255).contains(&self.max_client_timeout_seconds) {
+            return Err(err(
+                "maxClientTimeoutSeconds",
+                "must be between 1 and 255 (RFC 2349)",
+            ));
         }
         if self.timeout_ms == 0 || self.max_timeout_ms < self.timeout_ms {
             return Err(err(
@@ -136,6 +156,7 @@ impl TftpConfig {
             max_retries: self.max_retries,
             max_blksize: self.max_blksize,
             max_windowsize: self.max_windowsize,
+            max_client_timeout: self.max_client_timeout_seconds,
         })
     }
 }
@@ -163,5 +184,21 @@ mod tests {
         };
         let e = TftpSettings::try_from(&bad).unwrap_err();
         assert_eq!(e.field, "maxBlksize");
+    }
+
+    #[test]
+    fn per_client_share_and_client_timeout_are_bounded() {
+        for (yaml, field) in [
+            ("maxTransfersPerClient: 0\n", "maxTransfersPerClient"),
+            ("maxClientTimeoutSeconds: 0\n", "maxClientTimeoutSeconds"),
+            ("maxClientTimeoutSeconds: 256\n", "maxClientTimeoutSeconds"),
+        ] {
+            let c: TftpConfig = serde_yaml::from_str(yaml).unwrap();
+            let e = TftpSettings::try_from(&c).unwrap_err();
+            assert_eq!(e.field, field, "{yaml}");
+        }
+        let c: TftpConfig = serde_yaml::from_str("maxClientTimeoutSeconds: 30\n").unwrap();
+        let s = TftpSettings::try_from(&c).unwrap();
+        assert_eq!(s.limits.max_client_timeout, 30);
     }
 }

@@ -31,7 +31,8 @@ pub struct TftpMetrics {
     pub duplicate_acks: Counter,
     /// Datagrams that are not TFTP, by decode error.
     pub malformed: Family<ReasonLabel, Counter>,
-    /// Requests not served: `busy` (too many transfers), `duplicate` (a
+    /// Requests not served: `busy` (too many transfers), `client_busy`
+    /// (too many from one client address), `duplicate` (a
     /// retransmitted request for a transfer already running), and
     /// refusals left unanswered: `error_rate_limited` (the ERROR reply
     /// budget was spent).

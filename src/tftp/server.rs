@@ -103,6 +103,9 @@ struct Ctx {
     /// transfer, while a different one (UEFI's real read right after its
     /// size probe, possibly from the same port) must not be dropped.
     active: Mutex<HashMap<SocketAddr, (u64, u64)>>,
+    /// Transfers running per client address (any port), and the cap.
+    per_client: Mutex<HashMap<IpAddr, usize>>,
+    max_per_client: usize,
     next_id: AtomicU64,
     /// Every ERROR reply to a refused request draws from it.
     budget: Mutex<ReplyBudget>,
@@ -193,6 +196,8 @@ impl TftpServer {
             limits: self.settings.limits,
             local_ip: self.local.ip(),
             active: Mutex::new(HashMap::new()),
+            per_client: Mutex::new(HashMap::new()),
+            max_per_client: self.settings.max_transfers_per_client,
             next_id: AtomicU64::new(0),
             budget: Mutex::new(ReplyBudget::new(
                 self.settings.error_replies_per_second,
@@ -238,6 +243,11 @@ impl TftpServer {
                 ctx.metrics.dropped("duplicate");
                 continue;
             };
+            let Some(slot) = ClientSlot::claim(&ctx, peer.ip()) else {
+                // One address holds its share; it retries like a busy one.
+                ctx.metrics.dropped("client_busy");
+                continue;
+            };
             let Ok(permit) = permits.clone().try_acquire_owned() else {
                 // The client retries its request after its own timeout.
                 ctx.metrics.dropped("busy");
@@ -250,6 +260,7 @@ impl TftpServer {
                 async move {
                     transfer(&ctx2, peer, write, req, stop).await;
                     drop(guard);
+                    drop(slot);
                     drop(permit);
                 }
                 .instrument(span),
@@ -321,6 +332,41 @@ impl Drop for ActiveGuard {
             && map.get(&self.peer).is_some_and(|&(_, id)| id == self.id)
         {
             map.remove(&self.peer);
+        }
+    }
+}
+
+/// One of a client address's transfer slots, for as long as it lives.
+struct ClientSlot {
+    ctx: Arc<Ctx>,
+    ip: IpAddr,
+}
+
+impl ClientSlot {
+    /// `None` when `ip` already runs its cap of transfers.
+    fn claim(ctx: &Arc<Ctx>, ip: IpAddr) -> Option<ClientSlot> {
+        let mut map = ctx.per_client.lock().ok()?;
+        let n = map.entry(ip).or_insert(0);
+        if *n >= ctx.max_per_client {
+            return None;
+        }
+        *n += 1;
+        Some(ClientSlot {
+            ctx: ctx.clone(),
+            ip,
+        })
+    }
+}
+
+impl Drop for ClientSlot {
+    fn drop(&mut self) {
+        if let Ok(mut map) = self.ctx.per_client.lock()
+            && let Some(n) = map.get_mut(&self.ip)
+        {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                map.remove(&self.ip);
+            }
         }
     }
 }

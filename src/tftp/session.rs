@@ -26,7 +26,14 @@ pub struct Limits {
     pub max_retries: u32,
     pub max_blksize: u16,
     pub max_windowsize: u16,
+    /// Largest `timeout` option (RFC 2349, seconds) acknowledged; a client
+    /// asking more is not acknowledged and runs on the server's timeout,
+    /// so no client can hold a transfer slot for minutes per retry.
+    pub max_client_timeout: u64,
 }
+
+/// Default of [`Limits::max_client_timeout`].
+pub const MAX_CLIENT_TIMEOUT: u64 = 10;
 
 impl Default for Limits {
     fn default() -> Self {
@@ -36,6 +43,7 @@ impl Default for Limits {
             max_retries: 5,
             max_blksize: MAX_BLKSIZE,
             max_windowsize: 64,
+            max_client_timeout: MAX_CLIENT_TIMEOUT,
         }
     }
 }
@@ -78,7 +86,7 @@ pub fn negotiate(req: &Request, size: Option<u64>, limits: &Limits) -> Negotiate
                 n.windowsize = v.min(u64::from(limits.max_windowsize.max(1))) as u16;
                 Some(n.windowsize.to_string())
             }
-            ("timeout", Some(v)) if (1..=255).contains(&v) => {
+            ("timeout", Some(v)) if (1..=limits.max_client_timeout.min(255)).contains(&v) => {
                 n.timeout = Duration::from_secs(v);
                 Some(v.to_string())
             }

@@ -1,12 +1,13 @@
 //! Objects for boot tests: a MachineClass whose kernel and initrd are local
 //! files pinned by sha256, and Machines with a reserved address and an open
-//! boot (as the controller mints it before powering a server on).
+//! boot (as the controller mints it, and powered on for it).
 
 use metalherd::api::{
     Artifact, BmcSpec, BootRecord, ContainerRuntime, JoinSpec, KubernetesSpec,
     LocalObjectReference, Machine, MachineClass, MachineClassSpec, MachineNetwork, MachinePhase,
     MachineSpec, MachineStatus, OsImage, SecretReference,
 };
+use metalherd::controller::machine::plan::progress;
 use metalherd::store::{Store, TypedStore};
 use sha2::Digest;
 
@@ -105,12 +106,18 @@ pub async fn set_boot(store: &dyn Store, m: &Machine, boot_id: &str) -> Machine 
             .expect("get machine");
         let st = cur.status.get_or_insert_with(MachineStatus::default);
         st.phase = Some(MachinePhase::Provisioning);
+        let now = jiff::Timestamp::now();
         st.boot = Some(BootRecord {
             id: boot_id.into(),
             purpose: metalherd::api::BootPurpose::Install,
-            minted_at: jiff::Timestamp::now(),
+            minted_at: now,
             ..Default::default()
         });
+        // Powered on for this boot: its token is valid from now.
+        st.progress
+            .insert(progress::POWER_CYCLED_FOR.into(), boot_id.into());
+        st.progress
+            .insert(progress::POWERED_AT.into(), now.to_string());
         match store.update_status_obj(&cur).await {
             Ok(m) => return m,
             Err(e) if e.is_conflict() => continue,

@@ -4,6 +4,7 @@
 #![allow(dead_code)]
 
 pub mod bmc_proxy;
+pub mod boot_server;
 pub mod bootlab;
 pub mod dhcp_clients;
 pub mod dhcp_serve;

@@ -31,6 +31,12 @@ pub struct ServerOptions {
     pub sessions: bool,
     /// MAC address of the first NIC (the one with a link).
     pub mac: String,
+    /// Another host (`http://ip:port`): the Systems member, the session's
+    /// Location and task monitors are absolute links there (a hostile or
+    /// broken BMC steering the client's credentials elsewhere).
+    pub foreign: Option<String>,
+    /// Bytes of filler in the System document (an oversized answer).
+    pub system_padding: usize,
 }
 
 impl Default for ServerOptions {
@@ -43,6 +49,8 @@ impl Default for ServerOptions {
             power: "Off",
             sessions: true,
             mac: "AA:BB:CC:00:00:01".into(),
+            foreign: None,
+            system_padding: 0,
         }
     }
 }
@@ -241,7 +249,10 @@ async fn login(State(s): State<S>, body: axum::body::Bytes) -> Response {
     sim.next_id += 1;
     let token = format!("tok-{id}-{}", rand_hex());
     sim.sessions.insert(token.clone(), id);
-    let loc = format!("/redfish/v1/SessionService/Sessions/{id}");
+    let loc = format!(
+        "{}/redfish/v1/SessionService/Sessions/{id}",
+        sim.opts.foreign.as_deref().unwrap_or_default()
+    );
     (
         StatusCode::CREATED,
         [
@@ -269,9 +280,10 @@ async fn logout(State(s): State<S>, Path(id): Path<u32>, headers: HeaderMap) -> 
 }
 
 async fn systems(State(s): State<S>, headers: HeaderMap) -> Response {
-    let _sim = auth!(s, headers);
+    let sim = auth!(s, headers);
+    let host = sim.opts.foreign.as_deref().unwrap_or_default();
     axum::Json(
-        json!({"Members": [{"@odata.id": "/redfish/v1/Systems/1"}], "Members@odata.count": 1}),
+        json!({"Members": [{"@odata.id": format!("{host}/redfish/v1/Systems/1")}], "Members@odata.count": 1}),
     )
     .into_response()
 }
@@ -294,7 +306,8 @@ async fn system(State(s): State<S>, headers: HeaderMap) -> Response {
         "Storage": {"@odata.id": "/redfish/v1/Systems/1/Storage"},
         "Actions": {"#ComputerSystem.Reset": {
             "target": "/redfish/v1/Systems/1/Actions/ComputerSystem.Reset",
-            "@Redfish.ActionInfo": "/redfish/v1/Systems/1/ResetActionInfo"}}
+            "@Redfish.ActionInfo": "/redfish/v1/Systems/1/ResetActionInfo"}},
+        "Oem": {"Filler": "x".repeat(sim.opts.system_padding)}
     }))
     .into_response()
 }
@@ -373,7 +386,10 @@ async fn reset(State(s): State<S>, headers: HeaderMap, body: axum::body::Bytes) 
         StatusCode::ACCEPTED,
         [(
             header::LOCATION,
-            format!("/redfish/v1/TaskService/TaskMonitors/{id}"),
+            format!(
+                "{}/redfish/v1/TaskService/TaskMonitors/{id}",
+                sim.opts.foreign.as_deref().unwrap_or_default()
+            ),
         )],
         axum::Json(json!({"TaskState": "New"})),
     )
@@ -392,7 +408,10 @@ async fn monitor(State(s): State<S>, Path(id): Path<u32>, headers: HeaderMap) ->
             StatusCode::ACCEPTED,
             [(
                 header::LOCATION,
-                format!("/redfish/v1/TaskService/TaskMonitors/{id}"),
+                format!(
+                    "{}/redfish/v1/TaskService/TaskMonitors/{id}",
+                    sim.opts.foreign.as_deref().unwrap_or_default()
+                ),
             )],
             axum::Json(json!({"TaskState": "Running", "PercentComplete": 50})),
         )

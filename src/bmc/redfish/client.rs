@@ -62,6 +62,9 @@ enum Auth {
     },
 }
 
+/// Largest response body read from a BMC.
+pub const MAX_BODY: usize = 4 << 20;
+
 /// One BMC's HTTP client.
 pub struct Transport {
     http: reqwest::Client,
@@ -175,11 +178,50 @@ impl Transport {
         &self.address
     }
 
+    /// A link of the BMC's (relative, or absolute on the BMC's own scheme,
+    /// host and port) as a URL. A link anywhere else (an absolute
+    /// `@odata.id`, a session `Location` or a task monitor naming another
+    /// host) is refused: credentials go to the BMC and nowhere else.
     fn url(&self, path: &str) -> Result<url::Url, BmcError> {
-        self.base.join(path).map_err(|e| BmcError::Protocol {
+        let u = self.base.join(path).map_err(|e| BmcError::Protocol {
             address: self.address.clone(),
             detail: format!("bad link {path:?}: {e}"),
-        })
+        })?;
+        let same = u.scheme() == self.base.scheme()
+            && u.host_str() == self.base.host_str()
+            && u.port_or_known_default() == self.base.port_or_known_default();
+        if !same {
+            return Err(BmcError::Protocol {
+                address: self.address.clone(),
+                detail: format!(
+                    "the BMC linked to another host ({}://{}); refused: credentials go only to the BMC",
+                    u.scheme(),
+                    u.host_str().unwrap_or_default()
+                ),
+            });
+        }
+        Ok(u)
+    }
+
+    /// A response body, refused past [`MAX_BODY`] bytes (a Redfish
+    /// document is a few KiB; a BMC or whoever answers in its place must
+    /// not make the controller hold gigabytes).
+    async fn body(&self, mut resp: reqwest::Response) -> Result<Bytes, BmcError> {
+        let too_big = || BmcError::Protocol {
+            address: self.address.clone(),
+            detail: format!("response body larger than {MAX_BODY} bytes; refused"),
+        };
+        if resp.content_length().is_some_and(|n| n > MAX_BODY as u64) {
+            return Err(too_big());
+        }
+        let mut buf = bytes::BytesMut::new();
+        while let Some(chunk) = resp.chunk().await.map_err(|e| self.transport_error(e))? {
+            if buf.len() + chunk.len() > MAX_BODY {
+                return Err(too_big());
+            }
+            buf.extend_from_slice(&chunk);
+        }
+        Ok(buf.freeze())
     }
 
     fn basic_header(&self) -> String {
@@ -218,7 +260,7 @@ impl Transport {
             200 | 201 | 204 => {
                 let token = header_str(resp.headers(), "x-auth-token");
                 let location = header_str(resp.headers(), header::LOCATION.as_str());
-                let body = resp.bytes().await.unwrap_or_default();
+                let body = self.body(resp).await.unwrap_or_default();
                 let location = location.or_else(|| {
                     serde_json::from_slice::<model::Link>(&body)
                         .ok()
@@ -265,7 +307,7 @@ impl Transport {
             let s = resp.status().as_u16();
             // Already gone (expired) is as good as logged out.
             if !(resp.status().is_success() || s == 404 || s == 401) {
-                return Err(self.http_error(s, &resp.bytes().await.unwrap_or_default()));
+                return Err(self.http_error(s, &self.body(resp).await.unwrap_or_default()));
             }
             tracing::debug!(address = %self.address, "redfish session closed");
         }
@@ -350,10 +392,7 @@ impl Transport {
             };
             let status = resp.status().as_u16();
             let headers = resp.headers().clone();
-            let body_bytes = match resp.bytes().await {
-                Ok(b) => b,
-                Err(e) => return Err(self.transport_error(e)),
-            };
+            let body_bytes = self.body(resp).await?;
             if status == 401 {
                 if let Auth::Session { token, .. } = &auth
                     && !relogged

@@ -1,6 +1,7 @@
 //! The parts of `decide` that run a network boot (install, reimage, wipe)
 //! and wait for the result: minting under the boot-storm limit, removing the
-//! Node before a reimage, the one power cycle per boot (marker first),
+//! Node before a reimage, the one power-on per boot (after the server was
+//! seen off, marker first: the boot's token is valid from then),
 //! install deadlines and retries, then waiting for the Node; and taking a
 //! machine apart again (deprovisioning). Pure, like the rest of `decide`.
 
@@ -159,15 +160,19 @@ impl Planner<'_> {
             let BmcObserved::Reachable { power } = self.o.bmc else {
                 return self.wait_bmc();
             };
+            if power != PowerState::Off {
+                // Off first, and seen off: the boot's token becomes valid
+                // with the marker below, when nothing from the disk (the OS
+                // a reimage replaces) can be running to use it.
+                self.push(Step::PowerOff);
+                return wait(limits.poll, "power off");
+            }
             self.push(Step::SetBootOnce(BootDevice::Network));
-            // The marker goes first: after a crash the cycle is not repeated.
+            // The marker goes first: after a crash the power-on is not
+            // repeated blindly (see below).
             self.set_progress(progress::POWER_CYCLED_FOR, b.id.clone());
             self.set_progress(progress::POWERED_AT, self.now.to_string());
-            self.push(if power == PowerState::On {
-                Step::PowerCycle
-            } else {
-                Step::PowerOn
-            });
+            self.push(Step::PowerOn);
             return wait(limits.poll, "install");
         }
         let since = self

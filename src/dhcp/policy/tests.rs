@@ -13,6 +13,8 @@ use crate::dhcp::config::DhcpConfig;
 use crate::dhcp::packet::tests::raw_request;
 use crate::directory::BootIntent;
 
+/// Relays nobody listed, DECLINEs of reservations.
+mod hostile;
 /// REQUESTs that try to steer the server onto an address.
 mod steering;
 
@@ -225,7 +227,7 @@ fn request_for_someone_elses_address_is_naked() {
 #[test]
 fn relayed_request_goes_to_relay_with_option_82() {
     let p = policy(
-        "- subnet: 10.9.0.0/24\n  ranges: [{start: 10.9.0.10, end: 10.9.0.20}]\n  router: 10.9.0.1\n",
+        "- subnet: 10.9.0.0/24\n  ranges: [{start: 10.9.0.10, end: 10.9.0.20}]\n  router: 10.9.0.1\n  relays: [10.9.0.1]\n",
     );
     let mut l = LeaseTable::new();
     let mut b = pxe(

@@ -1,25 +1,42 @@
-//! Who may fetch a Machine's Ignition config or call home for it. Pure:
-//! decided from the Machine, the presented token, the peer address and the
-//! DHCP lease (when known).
+//! Who may fetch a Machine's install script or Ignition config, or call
+//! home for it. Pure: decided from the Machine, the presented token, the
+//! peer address, the DHCP lease (when known) and the clock.
 //!
 //! The rule:
 //! - the token must be the one minted for the Machine's *current* boot,
 //!   `HMAC(key, uid | status.boot.id)`: a token from an earlier boot, or one
 //!   minted for another machine, is refused;
-//! - for Ignition and for the `installed`/`failed` call-homes the boot must
-//!   still be open (`status.boot.completedAt` unset): once it completes, its
-//!   token is useless;
 //! - the request must come from the Machine's address: its reserved address
 //!   (`spec.network.address`) or the address its current DHCP lease gave it,
 //!   when a lease lookup is wired in (`serve` wires the DHCP server's
 //!   [`LeaseView`](crate::dhcp::LeaseView) when DHCP runs in the process).
-//!   A machine with neither is refused.
+//!   A machine with neither is refused. The install script, which carries
+//!   the token, is handed out under the same address rule;
+//! - the token becomes valid when the controller powers the server on for
+//!   this boot, which it does only after it has seen the server off (so the
+//!   OS a reimage replaces cannot use the new boot's token), and expires a
+//!   TTL after that (or after the boot completed, for `booted`);
+//! - for Ignition and for the `installed`/`failed`/`wiped` call-homes the
+//!   boot must still be open (`status.boot.completedAt` unset): once it
+//!   completes, its token is useless for them;
+//! - each config of a boot (install, node) is served in full once, and the
+//!   call-homes come in the order the boot allows ([`callhome`]).
+//!
+//! A refused client is told only [`REFUSED`]; the [`Refusal`] goes into the
+//! server's log and a Warning event on the Machine.
 
 use std::net::{IpAddr, Ipv4Addr};
+use std::time::Duration;
 
-use crate::api::{BootRecord, Machine};
+use jiff::Timestamp;
+
+use crate::api::{BootOutcome, BootPurpose, BootRecord, BootStep, Machine};
+use crate::controller::machine::plan::progress;
 
 use super::token::TokenKey;
+
+/// What every refused client is told, whatever the reason.
+pub const REFUSED: &str = "forbidden";
 
 /// Where the boot services can ask which address a MAC leased (DHCP).
 pub trait LeaseLookup: Send + Sync + 'static {
@@ -33,10 +50,12 @@ impl LeaseLookup for crate::dhcp::LeaseView {
     }
 }
 
-/// Why a request was refused. The text goes into a Warning event, so it
-/// names what was wrong, never the token.
+/// Why a request was refused. The text goes into the log and a Warning
+/// event, never to the client; it names what was wrong, never the token.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum Refusal {
+    #[error("the MAC is not a known machine's")]
+    UnknownMachine,
     #[error("no network boot is in progress for this machine")]
     NoBoot,
     #[error("the token was not minted for this machine's current boot")]
@@ -45,6 +64,18 @@ pub enum Refusal {
     BootCompleted,
     #[error("the request did not come from the machine's address")]
     WrongAddress,
+    #[error("the server has not been powered on for this boot yet")]
+    NotArmed,
+    #[error("the token has expired")]
+    Expired,
+    #[error("this config of the boot was already served in full")]
+    AlreadyServed,
+    #[error("`booted` before `installed`")]
+    BootedBeforeInstalled,
+    #[error("`wiped` outside a deprovisioning boot")]
+    WipedOutsideDeprovision,
+    #[error("`installed` in a deprovisioning boot")]
+    InstalledInDeprovision,
 }
 
 /// Whether the boot must still be open for the request.
@@ -52,6 +83,19 @@ pub enum Refusal {
 pub enum Need {
     OpenBoot,
     AnyBoot,
+}
+
+/// A request to check: what it presented, where it came from, and when.
+#[derive(Clone, Copy, Debug)]
+pub struct Ask<'a> {
+    pub token: &'a str,
+    pub peer: IpAddr,
+    /// The address the DHCP server leased to the machine's MAC, if any.
+    pub lease: Option<Ipv4Addr>,
+    pub need: Need,
+    pub now: Timestamp,
+    /// How long a token stays valid (see [`valid_until`]).
+    pub ttl: Duration,
 }
 
 /// The Machine's addresses a request may come from.
@@ -69,6 +113,11 @@ pub fn allowed_addresses(m: &Machine, lease: Option<Ipv4Addr>) -> Vec<Ipv4Addr> 
     v
 }
 
+/// Whether `peer` is one of the Machine's addresses.
+pub fn from_machine(m: &Machine, peer: IpAddr, lease: Option<Ipv4Addr>) -> bool {
+    v4(peer).is_some_and(|p| allowed_addresses(m, lease).contains(&p))
+}
+
 fn v4(ip: IpAddr) -> Option<Ipv4Addr> {
     match ip {
         IpAddr::V4(a) => Some(a),
@@ -76,14 +125,34 @@ fn v4(ip: IpAddr) -> Option<Ipv4Addr> {
     }
 }
 
+/// When the token of `boot` became valid: when the controller powered the
+/// server on for it (`status.progress`), which it does only after seeing the
+/// server off. `None`: not yet.
+pub fn armed_at(m: &Machine, boot: &BootRecord) -> Option<Timestamp> {
+    let p = &m.status.as_ref()?.progress;
+    if p.get(progress::POWER_CYCLED_FOR) != Some(&boot.id) {
+        return None;
+    }
+    let at = p
+        .get(progress::POWERED_AT)
+        .and_then(|t| t.parse::<Timestamp>().ok())
+        .unwrap_or(boot.minted_at);
+    Some(at)
+}
+
+/// When the token of `boot` stops being valid: `ttl` after it became valid,
+/// or after the boot completed (the installed OS's `booted` comes then).
+pub fn valid_until(armed: Timestamp, boot: &BootRecord, ttl: Duration) -> Timestamp {
+    let from = boot.completed_at.map_or(armed, |c| c.max(armed));
+    let ttl = jiff::SignedDuration::try_from(ttl).unwrap_or(jiff::SignedDuration::MAX);
+    from.saturating_add(ttl).unwrap_or(Timestamp::MAX)
+}
+
 /// Decide; on success returns the boot the token belongs to.
 pub fn authorize<'m>(
     key: &TokenKey,
     m: &'m Machine,
-    token: &str,
-    peer: IpAddr,
-    lease: Option<Ipv4Addr>,
-    need: Need,
+    ask: &Ask<'_>,
 ) -> Result<&'m BootRecord, Refusal> {
     let boot = m
         .status
@@ -91,81 +160,70 @@ pub fn authorize<'m>(
         .and_then(|s| s.boot.as_ref())
         .ok_or(Refusal::NoBoot)?;
     let uid = m.metadata.uid.as_deref().unwrap_or_default();
-    if uid.is_empty() || !key.verify(uid, &boot.id, token) {
+    if uid.is_empty() || !key.verify(uid, &boot.id, ask.token) {
         return Err(Refusal::WrongToken);
     }
-    let ok = v4(peer).is_some_and(|p| allowed_addresses(m, lease).contains(&p));
-    if !ok {
+    if !from_machine(m, ask.peer, ask.lease) {
         return Err(Refusal::WrongAddress);
     }
-    if need == Need::OpenBoot && boot.completed_at.is_some() {
+    let armed = armed_at(m, boot).ok_or(Refusal::NotArmed)?;
+    if ask.need == Need::OpenBoot && boot.completed_at.is_some() {
         return Err(Refusal::BootCompleted);
+    }
+    if ask.now >= valid_until(armed, boot, ask.ttl) {
+        return Err(Refusal::Expired);
     }
     Ok(boot)
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::api::{MachineNetwork, MachineStatus};
+/// What to do with an authorized call-home.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum CallHome {
+    /// Record the step; `Some` closes the boot with this outcome.
+    Record(Option<BootOutcome>),
+    /// The same call-home was already recorded (a retry): answer as before,
+    /// record nothing.
+    AlreadyRecorded,
+}
 
-    fn machine(completed: bool) -> Machine {
-        let mut m = Machine::default();
-        m.metadata.uid = Some("uid-1".into());
-        m.spec.network = Some(MachineNetwork {
-            address: Some("10.77.0.50/24".into()),
-            ..Default::default()
-        });
-        m.status = Some(MachineStatus {
-            boot: Some(BootRecord {
-                id: "boot-1".into(),
-                purpose: crate::api::BootPurpose::Install,
-                minted_at: jiff::Timestamp::UNIX_EPOCH,
-                completed_at: completed.then_some(jiff::Timestamp::UNIX_EPOCH),
-                ..Default::default()
-            }),
-            ..Default::default()
-        });
-        m
-    }
-
-    #[test]
-    fn the_rule() {
-        let k = TokenKey::from_bytes([1; 32]);
-        let good = k.mint("uid-1", "boot-1");
-        let me: IpAddr = "10.77.0.50".parse().unwrap();
-        let other: IpAddr = "10.77.0.51".parse().unwrap();
-        let m = machine(false);
-        assert!(authorize(&k, &m, &good, me, None, Need::OpenBoot).is_ok());
-        let mapped: IpAddr = "::ffff:10.77.0.50".parse().unwrap();
-        assert!(authorize(&k, &m, &good, mapped, None, Need::OpenBoot).is_ok());
-        assert_eq!(
-            authorize(&k, &m, &good, other, None, Need::OpenBoot),
-            Err(Refusal::WrongAddress)
-        );
-        // The lease address counts too.
-        let lease = "10.77.0.51".parse().ok();
-        assert!(authorize(&k, &m, &good, other, lease, Need::OpenBoot).is_ok());
-        let old = k.mint("uid-1", "boot-0");
-        assert_eq!(
-            authorize(&k, &m, &old, me, None, Need::OpenBoot),
-            Err(Refusal::WrongToken)
-        );
-        assert_eq!(
-            authorize(&k, &m, "junk", me, None, Need::OpenBoot),
-            Err(Refusal::WrongToken)
-        );
-        let done = machine(true);
-        assert_eq!(
-            authorize(&k, &done, &good, me, None, Need::OpenBoot),
-            Err(Refusal::BootCompleted)
-        );
-        assert!(authorize(&k, &done, &good, me, None, Need::AnyBoot).is_ok());
-        let mut none = machine(false);
-        none.status = None;
-        assert_eq!(
-            authorize(&k, &none, &good, me, None, Need::OpenBoot),
-            Err(Refusal::NoBoot)
-        );
+/// Whether a call-home fits where its boot stands: `installed`, `failed`
+/// and `wiped` close an open boot (`wiped` only a deprovisioning one,
+/// `installed` only another), and are taken once; `booted` only after
+/// `installed`, once. `history` is the Machine's `status.bootHistory`.
+pub fn callhome(
+    step: &BootStep,
+    boot: &BootRecord,
+    history: &[crate::api::BootEvent],
+) -> Result<CallHome, Refusal> {
+    let deprovision = boot.purpose == BootPurpose::Deprovision;
+    let closes = match step {
+        BootStep::Installed if deprovision => return Err(Refusal::InstalledInDeprovision),
+        BootStep::Installed => BootOutcome::Installed,
+        BootStep::Wiped if !deprovision => return Err(Refusal::WipedOutsideDeprovision),
+        BootStep::Wiped => BootOutcome::Wiped,
+        BootStep::Failed => BootOutcome::Failed,
+        BootStep::Booted => {
+            if deprovision || boot.outcome != Some(BootOutcome::Installed) {
+                return Err(Refusal::BootedBeforeInstalled);
+            }
+            let again = boot.booted_at.is_some()
+                || history
+                    .iter()
+                    .any(|e| e.step == BootStep::Booted && e.boot_id.as_deref() == Some(&boot.id));
+            return Ok(if again {
+                CallHome::AlreadyRecorded
+            } else {
+                CallHome::Record(None)
+            });
+        }
+        _ => return Err(Refusal::BootCompleted),
+    };
+    match &boot.outcome {
+        Some(o) if *o == closes => Ok(CallHome::AlreadyRecorded),
+        _ if boot.completed_at.is_some() => Err(Refusal::BootCompleted),
+        _ => Ok(CallHome::Record(Some(closes))),
     }
 }
+
+#[cfg(test)]
+mod tests;

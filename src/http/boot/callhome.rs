@@ -1,10 +1,13 @@
 //! `POST /callhome/{installed|failed|booted}?mac=..&token=..[&reason=..]`:
 //! the installer (installed / failed, with a reason in the query or the
-//! body) and the installed OS (booted) report back. `installed` and
-//! `failed` close the boot (`status.boot.completedAt`, `outcome`), which
-//! kills its token; the controller acts on that. Every call-home is a boot
-//! step. Same access rule as Ignition (see `access.rs`), except that
-//! `booted` is accepted after the boot completed.
+//! body) and the installed OS (booted) report back (`wiped`, a
+//! deprovisioning boot's, follows the same rule once it is a call-home
+//! word: see `access::callhome`). `installed`, `wiped` and `failed`
+//! close the boot (`status.boot.completedAt`, `outcome`), which kills its
+//! token for everything but `booted`; the controller acts on that. Every
+//! accepted call-home is a boot step, taken once and only in the order the
+//! boot allows (see `access::callhome`). Same access rule as Ignition
+//! (see `access.rs`).
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -15,10 +18,10 @@ use bytes::Bytes;
 use http::StatusCode;
 use tracing::Instrument;
 
-use super::access::{Need, authorize};
+use super::access::{self, CallHome, Need};
 use super::metrics::Endpoint;
 use super::{BootState, Params, reply, update_boot};
-use crate::api::{BootOutcome, BootStep, MacAddr, Machine};
+use crate::api::{BootPurpose, BootStep, MacAddr, Machine};
 use crate::store::TypedStore;
 use crate::store::events::EventType;
 
@@ -80,36 +83,60 @@ async fn record(
     reason: String,
 ) -> Response {
     let Some(entry) = st.directory.by_mac(&mac) else {
-        return reply(StatusCode::FORBIDDEN, "forbidden: unknown machine");
+        return st.refuse_unknown("call-home", peer);
     };
     let m: Machine = match st.store.get_obj(&entry.namespace, &entry.name).await {
         Ok(m) => m,
         Err(e) => return st.store_error(e),
     };
-    let lease = st.leases.as_ref().and_then(|l| l.address_of(&mac));
-    let need = if what == BootStep::Booted {
-        Need::AnyBoot
-    } else {
-        Need::OpenBoot
-    };
-    let boot = match authorize(&st.key, &m, token, peer.ip(), lease, need) {
-        Ok(b) => b.clone(),
-        Err(super::access::Refusal::BootCompleted) if boot_outcome_is(&m, &what) => {
-            // A retry of a call-home that already closed the boot.
-            return reply(StatusCode::OK, "already recorded");
-        }
+    let checked = st
+        .authorize(&m, &mac, token, peer, Need::AnyBoot)
+        .and_then(|b| {
+            let history = m
+                .status
+                .as_ref()
+                .map(|s| s.boot_history.as_slice())
+                .unwrap_or_default();
+            Ok((b.clone(), access::callhome(&what, b, history)?))
+        });
+    let (boot, outcome) = match checked {
+        Ok((b, CallHome::Record(o))) => (b, o),
+        Ok((_, CallHome::AlreadyRecorded)) => return reply(StatusCode::OK, "already recorded"),
         Err(why) => {
             return st
-                .refuse(&m, "CallHomeRefused", "call-home", peer, why)
+                .refuse(
+                    &m,
+                    "CallHomeRefused",
+                    &format!("call-home {}", what.callhome_word().unwrap_or_default()),
+                    peer,
+                    why,
+                )
                 .await;
         }
     };
-    if what != BootStep::Booted {
-        let outcome = if what == BootStep::Installed {
-            BootOutcome::Installed
-        } else {
-            BootOutcome::Failed
-        };
+    if outcome.is_none() {
+        // `booted`, once: a retry racing this one finds it noted.
+        let r = update_boot(
+            st.store.as_ref(),
+            &entry.namespace,
+            &entry.name,
+            &boot.id,
+            |b| {
+                if b.booted_at.is_some() {
+                    return false;
+                }
+                b.booted_at = Some(jiff::Timestamp::now());
+                true
+            },
+        )
+        .await;
+        match r {
+            Ok(true) => {}
+            Ok(false) => return reply(StatusCode::OK, "already recorded"),
+            Err(e) => return st.store_error(e),
+        }
+    }
+    if let Some(outcome) = outcome {
         let r = update_boot(
             st.store.as_ref(),
             &entry.namespace,
@@ -134,26 +161,17 @@ async fn record(
             } else {
                 reason.clone()
             };
-            st.event(&m, EventType::Warning, "InstallFailed", &msg)
-                .await;
+            let why = if boot.purpose == BootPurpose::Deprovision {
+                "WipeFailed"
+            } else {
+                "InstallFailed"
+            };
+            st.event(&m, EventType::Warning, why, &msg).await;
         }
     }
     st.record(&entry, what, &reason, None, Some(&boot.id));
     tracing::info!("call-home recorded");
     reply(StatusCode::OK, "recorded")
-}
-
-fn boot_outcome_is(m: &Machine, what: &BootStep) -> bool {
-    let want = match what {
-        BootStep::Installed => BootOutcome::Installed,
-        BootStep::Failed => BootOutcome::Failed,
-        _ => return false,
-    };
-    m.status
-        .as_ref()
-        .and_then(|s| s.boot.as_ref())
-        .and_then(|b| b.outcome.as_ref())
-        == Some(&want)
 }
 
 #[cfg(test)]

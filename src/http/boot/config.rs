@@ -7,12 +7,14 @@
 //!   baseUrl: http://10.77.0.1:8080  # how machines reach it (default: from listen)
 //!   assetsDir: boot-assets          # served under /assets/
 //!   kernelArgs: [console=ttyS0]     # appended to every install kernel line
+//!   tokenTtlSeconds: 2100           # a boot's token lives this long after power-on
 //!   routerAdvertisement:            # off unless present (see src/ra.rs)
 //!     interface: br0
 //! ```
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::time::Duration;
 
 use serde::Deserialize;
 
@@ -39,6 +41,11 @@ pub struct BootConfig {
     /// firmware.
     #[serde(default)]
     pub wait_seconds: Option<u32>,
+    /// Seconds a boot's token stays valid after the server was powered on
+    /// for it (for `booted`: after the boot completed). Default: the
+    /// controller's `installDeadlineSeconds` plus 5 minutes. 60 to 604800.
+    #[serde(default)]
+    pub token_ttl_seconds: Option<u64>,
     /// Send IPv6 router advertisements on the boot interface to end iPXE's
     /// IPv6 autoconfiguration wait. Off unless present.
     #[serde(default)]
@@ -69,7 +76,12 @@ pub struct BootSettings {
     pub kernel_args: Vec<String>,
     pub wait_seconds: u32,
     pub router_advertisement: Option<RaSettings>,
+    /// How long a boot's token stays valid (see `access.rs`).
+    pub token_ttl: Duration,
 }
+
+/// Token lifetime past the install deadline, when none is configured.
+pub const TOKEN_TTL_MARGIN: Duration = Duration::from_secs(5 * 60);
 
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -84,11 +96,29 @@ pub enum BootConfigError {
     KernelArg(usize, String),
     #[error("boot.routerAdvertisement.interface {0:?} is not an interface name")]
     Interface(String),
+    #[error("boot.tokenTtlSeconds {0}: must be between 60 and 604800")]
+    TokenTtl(u64),
 }
 
 impl BootConfig {
-    /// Validate into the settings the server runs with.
+    /// Validate into the settings the server runs with (tokens default to
+    /// the default install deadline plus [`TOKEN_TTL_MARGIN`]).
     pub fn settings(&self, data_dir: &std::path::Path) -> Result<BootSettings, BootConfigError> {
+        let deadline = crate::controller::machine::Limits::default().install_deadline;
+        self.settings_for(data_dir, deadline)
+    }
+
+    /// Validate, with the install deadline the controller runs with.
+    pub fn settings_for(
+        &self,
+        data_dir: &std::path::Path,
+        install_deadline: Duration,
+    ) -> Result<BootSettings, BootConfigError> {
+        let token_ttl = match self.token_ttl_seconds {
+            Some(s) if !(60..=604_800).contains(&s) => return Err(BootConfigError::TokenTtl(s)),
+            Some(s) => Duration::from_secs(s),
+            None => install_deadline.saturating_add(TOKEN_TTL_MARGIN),
+        };
         let listen_s = self.listen.as_deref().unwrap_or("0.0.0.0:8080");
         let listen: SocketAddr = listen_s
             .parse()
@@ -132,6 +162,7 @@ impl BootConfig {
             kernel_args: self.kernel_args.clone(),
             wait_seconds: self.wait_seconds.unwrap_or(30).clamp(1, 3600),
             router_advertisement,
+            token_ttl,
         })
     }
 }
@@ -188,5 +219,26 @@ mod tests {
             ..Default::default()
         };
         assert!(c.settings(std::path::Path::new("/tmp")).is_err());
+    }
+
+    #[test]
+    fn token_ttl_defaults_above_the_install_deadline_and_is_bounded() {
+        let tmp = std::path::Path::new("/tmp");
+        let mut c = BootConfig {
+            listen: Some("10.1.0.1:8080".into()),
+            ..Default::default()
+        };
+        let s = c.settings(tmp).unwrap();
+        assert_eq!(s.token_ttl, Duration::from_secs(35 * 60));
+        let s = c.settings_for(tmp, Duration::from_secs(3600)).unwrap();
+        assert_eq!(s.token_ttl, Duration::from_secs(3600 + 300));
+        c.token_ttl_seconds = Some(600);
+        let s = c.settings_for(tmp, Duration::from_secs(3600)).unwrap();
+        assert_eq!(s.token_ttl, Duration::from_secs(600));
+        for bad in [0, 59, 604_801] {
+            c.token_ttl_seconds = Some(bad);
+            let e = c.settings(tmp).unwrap_err().to_string();
+            assert!(e.contains("boot.tokenTtlSeconds"), "{e}");
+        }
     }
 }

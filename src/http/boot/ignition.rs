@@ -1,10 +1,13 @@
 //! `GET /ignition?mac=..&token=..[&stage=install|node]`: a Machine's
 //! Ignition config, handed only to that machine during its open boot (see
-//! `access.rs` for the rule). The content comes from an [`IgnitionSource`];
-//! this module only decides who gets it and records that it was served.
+//! `access.rs` for the rule), each stage in full once (see `once.rs`). The
+//! content comes from an [`IgnitionSource`]; this module only decides who
+//! gets it and records that it was served.
 
 use std::net::SocketAddr;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 
 use async_trait::async_trait;
 use axum::extract::{ConnectInfo, RawQuery, State};
@@ -12,14 +15,17 @@ use axum::response::{IntoResponse, Response};
 use http::{StatusCode, header};
 use tracing::Instrument;
 
-use super::access::{Need, authorize};
+use super::access::{Need, Refusal};
 use super::metrics::{Endpoint, ErrorReason};
-use super::{BootState, Params, reply};
-use crate::api::{Machine, MachineClass};
+use super::once::plain;
+use super::{BootState, Params, reply, update_boot};
+use crate::api::{Machine, MachineClass, ServedConfig};
+use crate::directory::MachineEntry;
 use crate::store::TypedStore;
+use crate::store::events::EventType;
 
 /// Which config is asked for: the live installer's, or the installed node's.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum IgnitionStage {
     Install,
     Node,
@@ -98,7 +104,7 @@ pub async fn handler(
     r
 }
 
-async fn serve(st: &BootState, peer: SocketAddr, q: &str) -> Response {
+async fn serve(st: &Arc<BootState>, peer: SocketAddr, q: &str) -> Response {
     let p = Params::parse(q);
     let mac = match p.mac() {
         Ok(m) => m,
@@ -118,30 +124,37 @@ async fn serve(st: &BootState, peer: SocketAddr, q: &str) -> Response {
 
 /// A well-formed Ignition request, inside its span: authorize and render.
 async fn serve_machine(
-    st: &BootState,
+    st: &Arc<BootState>,
     peer: SocketAddr,
     mac: [u8; 6],
     token: &str,
     stage: IgnitionStage,
 ) -> Response {
     let Some(entry) = st.directory.by_mac(&mac) else {
-        tracing::warn!("Ignition refused: unknown MAC");
-        st.metrics.error(ErrorReason::forbidden);
-        return reply(StatusCode::FORBIDDEN, "forbidden: unknown machine");
+        return st.refuse_unknown("config", peer);
     };
     let m: Machine = match st.store.get_obj(&entry.namespace, &entry.name).await {
         Ok(m) => m,
         Err(e) => return st.store_error(e),
     };
-    let lease = st.leases.as_ref().and_then(|l| l.address_of(&mac));
-    let boot = match authorize(&st.key, &m, token, peer.ip(), lease, Need::OpenBoot) {
+    let what = format!("Ignition {}", stage.as_str());
+    let boot = match st.authorize(&m, &mac, token, peer, Need::OpenBoot) {
         Ok(b) => b.clone(),
-        Err(why) => {
-            return st
-                .refuse(&m, "IgnitionRefused", "Ignition", peer, why)
-                .await;
-        }
+        Err(why) => return st.refuse(&m, "IgnitionRefused", &what, peer, why).await,
     };
+    if let Some(earlier) = st.served.earlier(&boot, stage) {
+        let detail = format!("(served to {} at {})", earlier.address, earlier.at);
+        return st
+            .refuse_with(
+                &m,
+                "IgnitionRefused",
+                &what,
+                peer,
+                Refusal::AlreadyServed,
+                &detail,
+            )
+            .await;
+    }
     let class = match st.class_of(&m).await {
         Ok(c) => c,
         Err(r) => return r,
@@ -159,26 +172,135 @@ async fn serve_machine(
             );
         }
     };
-    st.mark_ignition_served(&m, &boot.id).await;
-    st.record(
-        &entry,
-        crate::api::BootStep::Ignition,
-        stage.as_str(),
-        Some(body.len() as u64),
-        Some(&boot.id),
-    );
-    st.metrics
-        .transfer(Endpoint::ignition, body.len() as u64, true);
-    tracing::info!(bytes = body.len(), "Ignition served");
+    let len = body.len();
+    let done = Delivered {
+        st: st.clone(),
+        machine: m,
+        entry,
+        boot_id: boot.id.clone(),
+        stage,
+        peer,
+        bytes: len as u64,
+    };
+    let body = OnceBody {
+        body: Some(bytes::Bytes::from(body)),
+        done: Some(done),
+    };
     (
         StatusCode::OK,
         [
             (header::CONTENT_TYPE, "application/vnd.coreos.ignition+json"),
             (header::CACHE_CONTROL, "no-store"),
         ],
-        body,
+        [(header::CONTENT_LENGTH, len.to_string())],
+        axum::body::Body::from_stream(body),
     )
         .into_response()
+}
+
+/// What to do once a config went out in full.
+struct Delivered {
+    st: Arc<BootState>,
+    machine: Machine,
+    entry: Arc<MachineEntry>,
+    boot_id: String,
+    stage: IgnitionStage,
+    peer: SocketAddr,
+    bytes: u64,
+}
+
+impl Delivered {
+    /// The last byte is out: note it (in memory at once, then in the boot
+    /// record), record the step; a second complete transfer (two fetches
+    /// raced) raises a Warning event naming both addresses.
+    fn complete(self) {
+        let now = jiff::Timestamp::now();
+        let earlier = self
+            .st
+            .served
+            .note(&self.boot_id, self.stage, self.peer.ip(), now);
+        self.st
+            .metrics
+            .transfer(Endpoint::ignition, self.bytes, true);
+        tracing::info!(bytes = self.bytes, "Ignition served");
+        if earlier.is_none() {
+            self.st.record(
+                &self.entry,
+                crate::api::BootStep::Ignition,
+                self.stage.as_str(),
+                Some(self.bytes),
+                Some(&self.boot_id),
+            );
+        }
+        tokio::spawn(async move {
+            let to = plain(self.peer.ip());
+            if let Some(e) = earlier {
+                let msg = format!(
+                    "the {} config of boot {} was served in full twice: to {} at {} and to {to}",
+                    self.stage.as_str(),
+                    self.boot_id,
+                    e.address,
+                    e.at
+                );
+                tracing::warn!("{msg}");
+                self.st
+                    .event(
+                        &self.machine,
+                        EventType::Warning,
+                        "IgnitionServedTwice",
+                        &msg,
+                    )
+                    .await;
+                return;
+            }
+            let stage = self.stage.as_str();
+            let r = update_boot(
+                self.st.store.as_ref(),
+                &self.entry.namespace,
+                &self.entry.name,
+                &self.boot_id,
+                |b| {
+                    if b.configs_served.iter().any(|c| c.stage == stage) {
+                        return false;
+                    }
+                    b.configs_served.push(ServedConfig {
+                        stage: stage.to_string(),
+                        address: to.clone(),
+                        at: now,
+                    });
+                    b.ignition_served_at.get_or_insert(now);
+                    true
+                },
+            )
+            .await;
+            if let Err(e) = r {
+                tracing::warn!(error = %e, "cannot note the config as served");
+            }
+        });
+    }
+}
+
+/// A body of one chunk that reports when that chunk went out (hyper may
+/// stop polling once Content-Length bytes are out, so handing out the last
+/// chunk, not the end of the stream, completes it). Dropped before that:
+/// cut short, nothing noted.
+struct OnceBody {
+    body: Option<bytes::Bytes>,
+    done: Option<Delivered>,
+}
+
+impl futures::Stream for OnceBody {
+    type Item = Result<bytes::Bytes, std::convert::Infallible>;
+
+    fn poll_next(mut self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        let b = self.body.take();
+        if b.is_some()
+            && let Some(d) = self.done.take()
+        {
+            d.complete();
+        }
+        Poll::Ready(b.map(Ok))
+    }
 }
 
 /// A stand-in renderer: a valid, minimal Ignition 3.3.0 config that only

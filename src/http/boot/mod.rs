@@ -12,6 +12,7 @@ pub mod callhome;
 pub mod config;
 pub mod ignition;
 pub mod metrics;
+pub mod once;
 pub mod range;
 pub mod renderer;
 pub mod script;
@@ -68,6 +69,8 @@ pub struct BootState {
     pub cache: ImageCache,
     /// The assets directory as a file source, once it exists.
     assets: std::sync::Mutex<Option<Arc<DirSource>>>,
+    /// Configs handed out in full by this process (each once per boot).
+    pub served: once::ServedLog,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -90,6 +93,7 @@ impl BootState {
     pub fn new(settings: BootSettings, deps: BootDeps) -> Result<BootState, BootError> {
         let key = TokenKey::load_or_create(&settings.data_dir)?;
         let cache = ImageCache::new(settings.data_dir.join("cache"));
+        let served = once::ServedLog::new(settings.token_ttl);
         Ok(BootState {
             settings,
             store: deps.store,
@@ -101,6 +105,7 @@ impl BootState {
             key,
             cache,
             assets: std::sync::Mutex::new(None),
+            served,
         })
     }
 
@@ -126,13 +131,48 @@ impl BootState {
         self.metrics.error(ErrorReason::store);
         tracing::warn!(error = %e, "store");
         if e.is_not_found() {
-            reply(StatusCode::FORBIDDEN, "forbidden: unknown machine")
+            refused()
         } else {
             reply(StatusCode::SERVICE_UNAVAILABLE, "store unavailable; retry")
         }
     }
 
-    /// Refuse with 403 and a Warning event on the Machine.
+    /// The address DHCP leased to `mac`, when DHCP runs here.
+    pub fn lease_of(&self, mac: &[u8; 6]) -> Option<std::net::Ipv4Addr> {
+        self.leases.as_ref().and_then(|l| l.address_of(mac))
+    }
+
+    /// [`access::authorize`] with this server's lease view, clock and TTL.
+    pub fn authorize<'m>(
+        &self,
+        m: &'m Machine,
+        mac: &[u8; 6],
+        token: &str,
+        peer: SocketAddr,
+        need: access::Need,
+    ) -> Result<&'m crate::api::BootRecord, access::Refusal> {
+        let ask = access::Ask {
+            token,
+            peer: peer.ip(),
+            lease: self.lease_of(mac),
+            need,
+            now: jiff::Timestamp::now(),
+            ttl: self.settings.token_ttl,
+        };
+        access::authorize(&self.key, m, &ask)
+    }
+
+    /// Refuse a request naming a MAC no Machine has (no event: there is no
+    /// object to hang it on, and anyone may send any MAC).
+    pub fn refuse_unknown(&self, what: &str, peer: SocketAddr) -> Response {
+        self.metrics.error(ErrorReason::forbidden);
+        let why = access::Refusal::UnknownMachine;
+        tracing::warn!(peer = %peer.ip(), why = %why, "{what} request refused");
+        refused()
+    }
+
+    /// Refuse with 403 and the generic [`access::REFUSED`]; the reason goes
+    /// to the log and a Warning event on the Machine.
     pub async fn refuse(
         &self,
         m: &Machine,
@@ -141,15 +181,30 @@ impl BootState {
         peer: SocketAddr,
         why: access::Refusal,
     ) -> Response {
+        self.refuse_with(m, reason, what, peer, why, "").await
+    }
+
+    /// [`BootState::refuse`] with more words for the event (`detail`).
+    pub async fn refuse_with(
+        &self,
+        m: &Machine,
+        reason: &str,
+        what: &str,
+        peer: SocketAddr,
+        why: access::Refusal,
+        detail: &str,
+    ) -> Response {
         self.metrics.error(ErrorReason::forbidden);
-        tracing::warn!(peer = %peer.ip(), why = %why, "{what} request refused");
+        let from = once::plain(peer.ip());
+        tracing::warn!(peer = %from, why = %why, detail, "{what} request refused");
+        let sep = if detail.is_empty() { "" } else { " " };
         self.warn(
             m,
             reason,
-            &format!("{what} request from {} refused: {why}", peer.ip()),
+            &format!("{what} request from {from} refused: {why}{sep}{detail}"),
         )
         .await;
-        reply(StatusCode::FORBIDDEN, &format!("forbidden: {why}"))
+        refused()
     }
 
     /// A Warning event on the Machine (best effort).
@@ -224,22 +279,6 @@ impl BootState {
         }
     }
 
-    /// Note `status.boot.ignitionServedAt` (first time only; best effort).
-    pub async fn mark_ignition_served(&self, m: &Machine, boot_id: &str) {
-        let (ns, name) = key_of(m);
-        let r = update_boot(self.store.as_ref(), &ns, &name, boot_id, |b| {
-            if b.ignition_served_at.is_some() {
-                return false;
-            }
-            b.ignition_served_at = Some(jiff::Timestamp::now());
-            true
-        })
-        .await;
-        if let Err(e) = r {
-            tracing::warn!(error = %e, "cannot note ignitionServedAt");
-        }
-    }
-
     /// Append a boot step to the Machine's history (never blocks).
     pub fn record(
         &self,
@@ -263,16 +302,6 @@ impl BootState {
     }
 }
 
-fn key_of(m: &Machine) -> (String, String) {
-    (
-        m.metadata
-            .namespace
-            .clone()
-            .unwrap_or_else(|| "default".into()),
-        m.metadata.name.clone().unwrap_or_default(),
-    )
-}
-
 /// Change `status.boot` of a Machine if it is still boot `boot_id`, retrying
 /// on conflicts. `f` returns whether it changed anything.
 pub async fn update_boot(
@@ -291,6 +320,11 @@ pub async fn update_boot(
     })
     .await?;
     Ok(written.is_some())
+}
+
+/// The one answer every refused request gets.
+pub fn refused() -> Response {
+    reply(StatusCode::FORBIDDEN, access::REFUSED)
 }
 
 /// A plain-text response.

@@ -2,7 +2,10 @@
 //! machine's iPXE script. Without a MAC it answers a chain script that asks
 //! again with iPXE's own values. An unknown MAC gets a script that says so
 //! and hands back to the firmware: it never gets an OS (DHCP records it as a
-//! DiscoveredMachine; this only refreshes that object's `lastSeen`).
+//! DiscoveredMachine; this only refreshes that object's `lastSeen`). The
+//! install script carries the boot's token: it goes only to the machine's
+//! own address (see `access.rs`); a request from elsewhere is refused and
+//! leaves a Warning event.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -12,6 +15,7 @@ use axum::response::{IntoResponse, Response};
 use http::{StatusCode, header};
 use tracing::Instrument;
 
+use super::access;
 use super::metrics::{Endpoint, ErrorReason};
 use super::script::{self, InstallParams, Platform, WaitReason, is_word};
 use super::{BootState, Params, reply};
@@ -96,6 +100,12 @@ async fn serve_mac(
     let intent = MachineEntry::from_machine(&m).map_or(BootIntent::Idle, |e| e.intent);
     let (kind, rendered) = match &intent {
         BootIntent::Install { boot_id, purpose } => {
+            if !access::from_machine(&m, peer.ip(), st.lease_of(&mac)) {
+                let why = access::Refusal::WrongAddress;
+                return st
+                    .refuse(&m, "BootScriptRefused", "install script", peer, why)
+                    .await;
+            }
             match install(st, &m, &mac, boot_id, *purpose, arch, plat).await {
                 Ok(rendered) => ("install", rendered),
                 Err(r) => return r,

@@ -157,6 +157,29 @@ fn options_are_negotiated_in_an_oack() {
 }
 
 #[test]
+fn a_timeout_above_what_the_server_wants_is_not_acknowledged() {
+    let limits = Limits {
+        max_client_timeout: 5,
+        ..Limits::default()
+    };
+    for (asked, granted) in [("5", true), ("6", false), ("255", false), ("1", true)] {
+        let n = negotiate(&req(&[("timeout", asked)]), None, &limits);
+        let acked = n.oack.iter().any(|(k, _)| k == "timeout");
+        assert_eq!(acked, granted, "timeout {asked}");
+        let want = if granted {
+            Duration::from_secs(asked.parse().unwrap())
+        } else {
+            limits.timeout
+        };
+        assert_eq!(n.timeout, want, "timeout {asked}");
+    }
+    // By default a client gets at most 10 s.
+    let n = negotiate(&req(&[("timeout", "255")]), None, &Limits::default());
+    assert!(n.oack.is_empty());
+    assert_eq!(n.timeout, Limits::default().timeout);
+}
+
+#[test]
 fn out_of_range_options_are_clamped_or_ignored() {
     let limits = Limits {
         max_blksize: 1468,

@@ -161,5 +161,13 @@ proptest! {
         if marked {
             prop_assert!(!plan.steps.contains(&Step::PowerCycle), "cycled twice for a boot: {plan}");
         }
+        // A boot's marker (its token becomes valid) only with the server seen off.
+        let marks = plan.steps.iter().any(|s| matches!(s, Step::SetProgress { key, .. } if *key == "powerCycledFor"));
+        if marks {
+            prop_assert!(
+                matches!(o.0.bmc, BmcObserved::Reachable { power: PowerState::Off }),
+                "a boot armed while the server was not seen off: {plan}"
+            );
+        }
     }
 }
