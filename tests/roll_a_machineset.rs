@@ -60,7 +60,12 @@ impl OutOfService {
 }
 
 async fn watch_out_of_service(api: &Server, seen: Arc<Mutex<OutOfService>>) {
-    let c = reqwest::Client::new();
+    // The API speaks TLS with the data directory's CA.
+    let ca = std::fs::read(api.data_dir.join("ca.crt")).unwrap();
+    let c = reqwest::Client::builder()
+        .add_root_certificate(reqwest::Certificate::from_pem(&ca).unwrap())
+        .build()
+        .unwrap();
     let stream = |plural: &str| {
         let url = format!(
             "{}/apis/metalherd.dev/v1alpha1/namespaces/default/{plural}?watch=true",

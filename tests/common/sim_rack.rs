@@ -352,7 +352,7 @@ impl Story {
         let sample = format!("{sample} ");
         tokio::task::spawn_blocking(move || {
             let out = api
-                .command("curl")
+                .curl()
                 .args(["-s", "-H", &format!("Authorization: Bearer {}", api.token)])
                 .arg(format!("{}/metrics", api.url))
                 .output()
