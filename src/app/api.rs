@@ -17,11 +17,13 @@ pub(super) fn router(
     metrics: ApiMetrics,
     token: &str,
     cancel: &CancellationToken,
+    admission: crate::http::api::admission::Admission,
 ) -> axum::Router {
     let state = ApiState {
         store: store.clone(),
         cancel: cancel.clone(),
         metrics: metrics.clone(),
+        admission,
     };
     let protected =
         crate::http::api::routes(state).merge(crate::http::ops::metrics_routes(registry.clone()));

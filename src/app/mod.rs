@@ -76,7 +76,13 @@ pub async fn serve(global: &crate::cli::GlobalArgs, args: ServeArgs) -> anyhow::
         &cancel,
     )
     .await?;
-    let app = api::router(&store, &registry, api_metrics, &token, &cancel);
+    let admission = crate::http::api::admission::Admission {
+        dhcp_proxy: config
+            .dhcp
+            .as_ref()
+            .is_some_and(|d| d.mode == crate::dhcp::config::DhcpMode::Proxy),
+    };
+    let app = api::router(&store, &registry, api_metrics, &token, &cancel, admission);
 
     spawn_signal_handler(cancel.clone())?;
     tracing::info!(

@@ -275,6 +275,16 @@ pub(super) fn checked(kind: Kind, v: &Value) -> Result<Value, ApiError> {
     normalize(kind, v).map_err(|e| ApiError::invalid(kind, &name, &e))
 }
 
+/// [`checked`], then this deployment's rules ([`super::admission`]).
+fn admitted(st: &ApiState, kind: Kind, v: &Value) -> Result<Value, ApiError> {
+    let v = checked(kind, v)?;
+    let name = meta_str(&v, "name").unwrap_or_default().to_string();
+    st.admission
+        .admit(kind, &v)
+        .map_err(|e| ApiError::invalid(kind, &name, &e))?;
+    Ok(v)
+}
+
 pub async fn create(
     State(st): State<ApiState>,
     Extension(group): Extension<Group>,
@@ -304,7 +314,7 @@ pub async fn create(
             }
         }
     }
-    let v = checked(kind, &v)?;
+    let v = admitted(&st, kind, &v)?;
     let created = st.store.create(kind, v).await?;
     Ok(ok_json(StatusCode::CREATED, &created))
 }
@@ -320,7 +330,7 @@ pub async fn replace(
     let kind = kind_of(group, &plural)?;
     let mut v = parse_body(&body)?;
     conform(kind, &ns, Some(&name), &mut v)?;
-    let v = checked(kind, &v)?;
+    let v = admitted(&st, kind, &v)?;
     let updated = st.store.update(kind, v).await?;
     Ok(ok_json(StatusCode::OK, &updated))
 }
@@ -454,7 +464,11 @@ async fn merge_patch(
             m.insert("resourceVersion".into(), rv);
         }
         conform(kind, ns, Some(name), &mut merged)?;
-        Ok::<_, ApiError>(Some(checked(kind, &merged)?))
+        if status {
+            Ok::<_, ApiError>(Some(checked(kind, &merged)?))
+        } else {
+            Ok(Some(admitted(&st, kind, &merged)?))
+        }
     })
     .await?;
     match written {

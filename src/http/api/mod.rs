@@ -9,6 +9,7 @@
 //! caller outside [`protect`]). A span per request carries method, path and
 //! status, never bodies or headers: Secrets pass through here.
 
+pub mod admission;
 pub mod discovery;
 pub mod fields;
 mod handlers;
@@ -43,6 +44,8 @@ pub struct ApiState {
     /// Watches end when this fires, so shutdown is not held up by them.
     pub cancel: CancellationToken,
     pub metrics: ApiMetrics,
+    /// Rules of this deployment (DHCP proxy mode needs Machine addresses).
+    pub admission: admission::Admission,
 }
 
 /// The two API groups served.

@@ -20,6 +20,7 @@ fn app(dir: &tempfile::TempDir) -> Router {
         store,
         cancel: CancellationToken::new(),
         metrics: metrics.clone(),
+        admission: Default::default(),
     };
     protect(
         routes(st),
