@@ -109,3 +109,59 @@ fn a_bad_dhcp_flag_stops_serve_with_one_line_naming_it() {
         assert!(line.contains(value), "{line}");
     }
 }
+
+/// In proxy mode the site's DHCP server leases the addresses: a Machine
+/// without `spec.network.address` could never be served its configs, so
+/// the API refuses it with the field and the reason.
+#[test]
+fn proxy_mode_refuses_a_machine_without_an_address() {
+    let pair = VethPair::new("10.79.1.1/24", None);
+    let dir = tempfile::tempdir().unwrap();
+    let (mut g, log) = serve_log(
+        &pair,
+        &["--dhcp-interface", &pair.server_if, "--dhcp-mode", "proxy"],
+        dir.path(),
+        "proxy.log",
+    );
+    wait_for(Duration::from_secs(30), || {
+        let text = std::fs::read_to_string(&log).unwrap_or_default();
+        if text.contains("metalherd serving") {
+            return Some(());
+        }
+        (!g.running()).then(|| panic!("serve stopped: {text}"))
+    })
+    .expect("serve up");
+    let apply = |name: &str, network: &str| {
+        // Paused: the controller makes no BMC call for it.
+        let manifest = format!(
+            "apiVersion: metalherd.dev/v1alpha1\nkind: Machine\nmetadata:\n  name: {name}\n  annotations: {{metalherd.dev/paused: \"true\"}}\n\
+             spec:\n  bmc: {{address: 'ipmi://127.0.0.1:1', credentialsSecretRef: {{name: bmc}}}}\n  bootMACAddress: '52:54:00:00:79:01'\n{network}"
+        );
+        let f = dir.path().join(format!("{name}.yaml"));
+        std::fs::write(&f, manifest).unwrap();
+        let out = pair
+            .server
+            .command(common::metalherd_bin().to_str().unwrap())
+            .arg("--data-dir")
+            .arg(dir.path().join("data"))
+            .args(["apply", "-f"])
+            .arg(&f)
+            .output()
+            .unwrap();
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        (out.status.success(), text)
+    };
+    let (ok, text) = apply("no-address", "");
+    assert!(!ok, "{text}");
+    assert!(text.contains("spec.network.address"), "{text}");
+    assert!(text.contains("proxy mode"), "{text}");
+    let (ok, text) = apply(
+        "with-address",
+        "  network: {address: 10.79.1.20/24, gateway: 10.79.1.1}\n",
+    );
+    assert!(ok, "{text}");
+}
