@@ -325,9 +325,9 @@ async fn run(n: usize, limit: usize) {
     }
     let _ = rustls::crypto::ring::default_provider().install_default();
     // TFTP as serve starts it, serving a small boot file from memory.
-    let boot_file = metalherd::tftp::MemorySource::new();
+    let boot_file = metalherd::files::MemorySource::new();
     boot_file.insert("ipxe.efi", vec![0x5a_u8; 4000]);
-    let tftp = metalherd::tftp::bind(&metalherd::tftp::TftpConfig {
+    let tftp = metalherd::tftp::TftpSettings::try_from(&metalherd::tftp::TftpConfig {
         listen: "127.0.0.1:0".parse().unwrap(),
         root: dir.path().to_path_buf(),
         // Every simulated server boots from loopback: one address for all.
@@ -335,6 +335,7 @@ async fn run(n: usize, limit: usize) {
         ..Default::default()
     })
     .unwrap();
+    let tftp = metalherd::tftp::bind(&tftp).unwrap();
     let tftp_addr = tftp.local_addr();
     tokio::spawn(tftp.serve(
         Arc::new(boot_file),

@@ -6,7 +6,8 @@
 
 use std::sync::Arc;
 
-use metalherd::tftp::{DirSource, NoEvents, TftpConfig, TftpMetrics};
+use metalherd::files::DirSource;
+use metalherd::tftp::{NoEvents, TftpConfig, TftpMetrics};
 use tokio_util::sync::CancellationToken;
 
 #[tokio::main]
@@ -28,7 +29,7 @@ async fn main() -> anyhow::Result<()> {
         ..TftpConfig::default()
     };
     let source = Arc::new(DirSource::new(&config.root)?);
-    let server = metalherd::tftp::bind(&config)?;
+    let server = metalherd::tftp::bind(&metalherd::tftp::TftpSettings::try_from(&config)?)?;
     eprintln!("tftp_serve: listening on {}", server.local_addr());
     let metrics = TftpMetrics::default();
     let cancel = CancellationToken::new();

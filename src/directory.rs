@@ -16,6 +16,7 @@ use tokio_util::sync::CancellationToken;
 use crate::api::{
     BOOT_HISTORY_LIMIT, BootEvent, BootPurpose, Kind, MacAddr, Machine, MachinePhase,
 };
+use crate::store::events::{EventType, Regarding, record};
 use crate::store::modify::{Target, modify_obj};
 use crate::store::reflect::{Reflected, reflect};
 use crate::store::typed::from_value;
@@ -249,27 +250,71 @@ fn remove_key(idx: &mut Index, key: &(String, String)) {
 /// step already queued at once and writes each machine's steps in one
 /// status update, several machines at a time, so a boot storm's history
 /// keeps up with it (steps of one machine keep their order).
+///
+/// It also carries the boot services' Warning events about Machines
+/// ([`BootRecorder::warn`]), each (Machine, reason) at most once per
+/// [`WARN_EVERY`], so a client repeating its request cannot turn into a
+/// store write per packet.
 #[derive(Clone)]
 pub struct BootRecorder {
     tx: mpsc::Sender<(String, String, BootEvent)>,
-    /// Warning events about Machines from the boot services that cannot
-    /// reach the store themselves (DHCP).
-    warn_tx: mpsc::Sender<Warned>,
+    warn_tx: mpsc::Sender<Warn>,
+    /// When each (namespace, name, reason) was last warned about.
+    warned: Arc<std::sync::Mutex<HashMap<WarnKey, tokio::time::Instant>>>,
     dropped: Arc<std::sync::atomic::AtomicU64>,
 }
 
-/// (namespace, name, reason, message) of a Warning event.
-type Warned = (String, String, &'static str, String);
+/// (namespace, name, reason) of a warning.
+type WarnKey = (String, String, &'static str);
 
-/// Warning events queued at most; more are dropped (and counted).
-const WARN_QUEUE: usize = 256;
+/// A Warning event to record about a Machine.
+struct Warn {
+    namespace: String,
+    name: String,
+    reason: &'static str,
+    message: String,
+}
+
+/// The shortest interval between two Warning events of one reason about
+/// one Machine (repeats within it are not written; Events fold repeats
+/// into a count anyway).
+pub const WARN_EVERY: Duration = Duration::from_secs(60);
+/// Keys remembered for [`WARN_EVERY`] at most; past it the memory starts over.
+const WARNED_MAX: usize = 4096;
 
 impl BootRecorder {
     /// Start the writer task; it ends when every recorder clone is dropped
     /// or `cancel` fires.
     pub fn spawn(store: Arc<dyn Store>, cancel: CancellationToken) -> BootRecorder {
         let (tx, mut rx) = mpsc::channel::<(String, String, BootEvent)>(4096);
-        let (warn_store, warn_cancel) = (store.clone(), cancel.clone());
+        let (warn_tx, mut warn_rx) = mpsc::channel::<Warn>(256);
+        let (st, c) = (store.clone(), cancel.clone());
+        tokio::spawn(async move {
+            loop {
+                let w = tokio::select! {
+                    _ = c.cancelled() => return,
+                    w = warn_rx.recv() => w,
+                };
+                let Some(w) = w else { return };
+                let about = Regarding {
+                    kind: Kind::Machine,
+                    namespace: w.namespace,
+                    name: w.name,
+                    uid: None,
+                };
+                if let Err(e) = record(
+                    st.as_ref(),
+                    &about,
+                    EventType::Warning,
+                    w.reason,
+                    &w.message,
+                )
+                .await
+                {
+                    tracing::warn!(machine = %format!("{}/{}", about.namespace, about.name), error = %e, "cannot record a warning");
+                }
+            }
+        });
         tokio::spawn(async move {
             use futures::StreamExt;
             loop {
@@ -300,33 +345,10 @@ impl BootRecorder {
                     .await;
             }
         });
-        let (warn_tx, mut warn_rx) = mpsc::channel::<Warned>(WARN_QUEUE);
-        tokio::spawn(async move {
-            loop {
-                let w = tokio::select! {
-                    _ = warn_cancel.cancelled() => return,
-                    w = warn_rx.recv() => w,
-                };
-                let Some((namespace, name, reason, message)) = w else {
-                    return;
-                };
-                let about = crate::store::events::Regarding {
-                    kind: Kind::Machine,
-                    namespace,
-                    name,
-                    uid: None,
-                };
-                let t = crate::store::events::EventType::Warning;
-                let r =
-                    crate::store::events::record(warn_store.as_ref(), &about, t, reason, &message);
-                if let Err(e) = r.await {
-                    tracing::warn!(error = %e, "cannot record event");
-                }
-            }
-        });
         BootRecorder {
             tx,
             warn_tx,
+            warned: Arc::default(),
             dropped: Arc::default(),
         }
     }
@@ -338,14 +360,37 @@ impl BootRecorder {
         BootRecorder {
             tx,
             warn_tx,
+            warned: Arc::default(),
             dropped: Arc::default(),
         }
     }
 
-    /// Queue a Warning event about a Machine (never blocks; a full queue
-    /// drops it and counts it).
+    /// Record a Warning event about a Machine, unless the same reason was
+    /// recorded for it within [`WARN_EVERY`]. Never blocks.
     pub fn warn(&self, namespace: &str, name: &str, reason: &'static str, message: &str) {
-        let w = (namespace.into(), name.into(), reason, message.into());
+        let now = tokio::time::Instant::now();
+        let key = (namespace.to_string(), name.to_string(), reason);
+        {
+            let Ok(mut warned) = self.warned.lock() else {
+                return;
+            };
+            if warned
+                .get(&key)
+                .is_some_and(|t| now.duration_since(*t) < WARN_EVERY)
+            {
+                return;
+            }
+            if warned.len() >= WARNED_MAX {
+                warned.clear();
+            }
+            warned.insert(key, now);
+        }
+        let w = Warn {
+            namespace: namespace.to_string(),
+            name: name.to_string(),
+            reason,
+            message: message.to_string(),
+        };
         if self.warn_tx.try_send(w).is_err() {
             self.dropped
                 .fetch_add(1, std::sync::atomic::Ordering::Relaxed);

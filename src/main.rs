@@ -41,6 +41,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             Ok(())
         }
         Command::Bmc(a) => metalherd::cli::bmc::run(g, a).await,
+        Command::HwTest(a) => metalherd::cli::hwtest::run_cmd(a).await,
         Command::Render(a) => metalherd::cli::render::run(g, a).await,
         Command::Reimage(a) => metalherd::cli::reimage::run(g, a).await,
     }

@@ -13,7 +13,6 @@ use std::time::Duration;
 use common::boot_server::{client, start, wait_known};
 use common::bootlab;
 use metalherd::api::{Kind, Machine};
-use metalherd::http::boot;
 use metalherd::store::TypedStore;
 use metalherd::store::events::list_for;
 
@@ -419,7 +418,7 @@ async fn image_cache_downloads_over_http_once_and_verifies() {
         hex::encode(sha2::Sha256::digest(&bytes))
     };
     let dir = tempfile::tempdir().unwrap();
-    let cache = boot::ImageCache::new(dir.path().join("cache"));
+    let cache = metalherd::files::ImageCache::new(dir.path().join("cache"));
     let art = metalherd::api::Artifact {
         url: format!("{}/assets/vmlinuz", s.url),
         sha256: Some(sha.clone()),
@@ -447,7 +446,7 @@ async fn image_cache_downloads_over_http_once_and_verifies() {
     };
     assert!(matches!(
         cache.ensure(&bad).await,
-        Err(boot::cache::CacheError::Mismatch { .. })
+        Err(metalherd::files::CacheError::Mismatch { .. })
     ));
     assert!(cache.lookup(&"0".repeat(64)).await.is_none());
     let missing = metalherd::api::Artifact {
@@ -458,7 +457,7 @@ async fn image_cache_downloads_over_http_once_and_verifies() {
     };
     assert!(matches!(
         cache.ensure(&missing).await,
-        Err(boot::cache::CacheError::Download { .. })
+        Err(metalherd::files::CacheError::Download { .. })
     ));
 }
 

@@ -17,6 +17,9 @@ use metalherd::api::Machine;
 use metalherd::dhcp::server::BoundServer;
 use metalherd::dhcp::{DhcpConfig, DhcpSettings};
 use metalherd::directory::{BootRecorder, Directory};
+use metalherd::store::memory::MemoryStore;
+use metalherd::store::{ListOptions, Store, TypedStore};
+use std::sync::Arc;
 use tokio_util::sync::CancellationToken;
 
 const MAC: &str = "52:54:00:12:34:56";
@@ -45,6 +48,17 @@ impl Drop for Server {
 }
 
 fn serve(ns: &str, yaml: &str, directory: Directory, data_dir: &Path) -> Server {
+    serve_recording(ns, yaml, directory, data_dir, None)
+}
+
+/// As [`serve`], recording boot steps and warnings into `store` when given.
+fn serve_recording(
+    ns: &str,
+    yaml: &str,
+    directory: Directory,
+    data_dir: &Path,
+    store: Option<Arc<dyn Store>>,
+) -> Server {
     let c: DhcpConfig = serde_yaml::from_str(yaml).unwrap();
     let settings = DhcpSettings::try_from(c).unwrap();
     let cancel = CancellationToken::new();
@@ -67,12 +81,16 @@ fn serve(ns: &str, yaml: &str, directory: Directory, data_dir: &Path) -> Server 
                     return;
                 }
             };
+            let recorder = match store {
+                Some(s) => BootRecorder::spawn(s, c2.clone()),
+                None => BootRecorder::discard(),
+            };
             bound
                 .serve(
                     directory,
                     // Discovery recording off: no store is needed.
                     None,
-                    BootRecorder::discard(),
+                    recorder,
                     Default::default(),
                     c2,
                 )
@@ -398,4 +416,62 @@ fn request_for_a_never_offered_free_address_is_naked_and_not_bound() {
         Ipv4Addr::new(10, 77, 0, 140),
         "the steered address was not bound"
     );
+}
+
+#[test]
+fn an_arm64_machine_gets_no_x86_binary_and_its_owner_a_warning() {
+    let pair = VethPair::new("10.77.0.1/24", None);
+    let dir = tempfile::tempdir().unwrap();
+    let directory = Directory::new();
+    directory.upsert(&machine());
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(store.create_obj(&machine())).unwrap();
+    let _srv = serve_recording(
+        &pair.server.name,
+        &config(&pair.server_if, ""),
+        directory,
+        dir.path(),
+        Some(store.clone()),
+    );
+    let iface = pair.client_if.clone();
+    let mac = MAC.parse::<metalherd::api::MacAddr>().unwrap().0;
+    let got = dhcp_clients::in_netns(&pair.client.name, move || {
+        let s = dhcp_clients::bound_socket(&iface, Ipv4Addr::UNSPECIFIED, 68);
+        // arm64 UEFI firmware (architecture 11): the built-in table has
+        // only x86 binaries.
+        let req = Req::new(1, mac).pxe(11);
+        dhcp_clients::exchange(
+            &s,
+            &req,
+            SocketAddr::from((Ipv4Addr::BROADCAST, 67)),
+            Duration::from_secs(3),
+        )
+    })
+    .join()
+    .unwrap();
+    let (offer, _, _) = got.expect("the reservation is offered");
+    assert_eq!(offer.yiaddr(), Ipv4Addr::new(10, 77, 0, 7));
+    assert_eq!(dhcp_clients::boot_file(&offer), None, "never an x86 binary");
+    let events = rt.block_on(async {
+        for _ in 0..50 {
+            let evs = store
+                .list_obj::<metalherd::api::Event>(&ListOptions::default())
+                .await
+                .unwrap();
+            if !evs.is_empty() {
+                return evs;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        Vec::new()
+    });
+    assert_eq!(events.len(), 1, "one Warning event: {events:?}");
+    let e = &events[0];
+    assert_eq!(
+        (e.type_.as_str(), e.reason.as_str()),
+        ("Warning", "NoBootFile")
+    );
+    assert_eq!(e.involved_object.name, "rack1-u07");
+    assert!(e.message.contains("arm64"), "{}", e.message);
 }

@@ -87,3 +87,159 @@ fn dhcp_never_imports_the_store() {
     let found = importers("src/dhcp", "crate::store");
     assert!(found.is_empty(), "src/dhcp imports the store: {found:?}");
 }
+
+#[test]
+fn file_serving_stands_alone_and_has_the_only_path_check() {
+    // TFTP and boot HTTP read files through src/files; it imports neither.
+    for forbidden in [
+        "crate::tftp",
+        "crate::http",
+        "crate::controller",
+        "crate::store",
+    ] {
+        let found = importers("src/files", forbidden);
+        assert!(found.is_empty(), "src/files imports {forbidden}: {found:?}");
+    }
+    // Resolving a requested name against the file system happens only there.
+    for module in ["src/tftp", "src/http"] {
+        let found = importers(module, "canonicalize");
+        assert!(found.is_empty(), "{module} checks paths itself: {found:?}");
+    }
+}
+
+#[test]
+fn the_cli_never_imports_the_composition_root() {
+    // app imports the CLI's argument types; the reverse would be a cycle.
+    let found = importers("src/cli", "crate::app");
+    assert!(found.is_empty(), "src/cli imports src/app: {found:?}");
+}
+
+/// Sibling modules of `dir` (files and subdirectories, `mod.rs` aside) and,
+/// for each, the siblings it names: `super::x` from a file directly in
+/// `dir`, `super::super::x` from one below, or `crate::<dir>::x` anywhere.
+fn sibling_imports(dir: &str) -> Vec<(String, Vec<String>)> {
+    let base = root().join(dir);
+    let module_path = dir.trim_start_matches("src/").replace('/', "::");
+    let mut names: Vec<String> = std::fs::read_dir(&base)
+        .unwrap_or_else(|e| panic!("{dir}: {e}"))
+        .flatten()
+        .filter_map(|e| {
+            let p = e.path();
+            let stem = p.file_stem()?.to_str()?.to_string();
+            (p.is_dir() || p.extension().is_some_and(|x| x == "rs")).then_some(stem)
+        })
+        .filter(|n| n != "mod" && n != "tests")
+        .collect();
+    names.sort();
+    names.dedup();
+    names
+        .iter()
+        .map(|name| {
+            let mut files = Vec::new();
+            let file = base.join(format!("{name}.rs"));
+            if file.exists() {
+                files.push((file, "super::"));
+            }
+            let sub = base.join(name);
+            for f in std::fs::read_dir(&sub).into_iter().flatten().flatten() {
+                let p = f.path();
+                let up = if p.file_stem().is_some_and(|s| s == "mod") {
+                    "super::"
+                } else {
+                    "super::super::"
+                };
+                if p.extension().is_some_and(|x| x == "rs") {
+                    files.push((p, up));
+                }
+            }
+            let text: Vec<(String, &str)> = files.iter().map(|(p, up)| (read(p), *up)).collect();
+            let named = names
+                .iter()
+                .filter(|other| *other != name)
+                .filter(|other| {
+                    text.iter().any(|(t, up)| {
+                        t.lines()
+                            .filter(|l| !l.trim_start().starts_with("//"))
+                            .any(|l| {
+                                l.contains(&format!("crate::{module_path}::{other}::"))
+                                    || l.contains(&format!("{up}{other}::"))
+                                    || l.contains(&format!("{up}{other}}}"))
+                                    || l.contains(&format!("{up}{other};"))
+                                    || l.contains(&format!("{up}{other},"))
+                            })
+                    })
+                })
+                .cloned()
+                .collect();
+            (name.clone(), named)
+        })
+        .collect()
+}
+
+fn find_cycle(graph: &[(String, Vec<String>)]) -> Option<Vec<String>> {
+    fn visit(
+        node: &str,
+        graph: &[(String, Vec<String>)],
+        path: &mut Vec<String>,
+        done: &mut Vec<String>,
+    ) -> Option<Vec<String>> {
+        if let Some(i) = path.iter().position(|p| p == node) {
+            let mut cycle = path[i..].to_vec();
+            cycle.push(node.to_string());
+            return Some(cycle);
+        }
+        if done.iter().any(|d| d == node) {
+            return None;
+        }
+        path.push(node.to_string());
+        let next = graph
+            .iter()
+            .find(|(n, _)| n == node)
+            .map(|(_, e)| e.clone());
+        for n in next.unwrap_or_default() {
+            if let Some(c) = visit(&n, graph, path, done) {
+                return Some(c);
+            }
+        }
+        path.pop();
+        done.push(node.to_string());
+        None
+    }
+    let mut done = Vec::new();
+    for (n, _) in graph {
+        if let Some(c) = visit(n, graph, &mut Vec::new(), &mut done) {
+            return Some(c);
+        }
+    }
+    None
+}
+
+#[test]
+fn the_store_has_no_import_cycle() {
+    for dir in ["src/store", "src/store/embedded"] {
+        let graph = sibling_imports(dir);
+        assert!(graph.len() >= 2, "{dir}: {graph:?}");
+        eprintln!("{dir}: {graph:?}");
+        if let Some(cycle) = find_cycle(&graph) {
+            panic!("{dir}: import cycle {}", cycle.join(" -> "));
+        }
+    }
+}
+
+#[test]
+fn the_cycle_finder_finds_cycles() {
+    let g = |edges: &[(&str, &[&str])]| -> Vec<(String, Vec<String>)> {
+        edges
+            .iter()
+            .map(|(n, e)| (n.to_string(), e.iter().map(|s| s.to_string()).collect()))
+            .collect()
+    };
+    assert_eq!(
+        find_cycle(&g(&[("a", &["b"]), ("b", &["c"]), ("c", &["a"])])),
+        Some(vec!["a".into(), "b".into(), "c".into(), "a".into()])
+    );
+    assert_eq!(
+        find_cycle(&g(&[("a", &["b"]), ("b", &["c"]), ("c", &[])])),
+        None
+    );
+}

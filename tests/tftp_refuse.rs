@@ -532,7 +532,8 @@ async fn a_taken_port_is_a_one_line_bind_error() {
         listen: taken.local_addr().unwrap(),
         ..Default::default()
     };
-    let err = match metalherd::tftp::bind(&config) {
+    let settings = metalherd::tftp::TftpSettings::try_from(&config).unwrap();
+    let err = match metalherd::tftp::bind(&settings) {
         Err(e) => e.to_string(),
         Ok(_) => panic!("bound a taken port"),
     };

@@ -67,9 +67,10 @@ pub(super) async fn start(
     if let Some(wire) = config.tftp.clone() {
         let metrics = crate::tftp::TftpMetrics::default();
         registry.with_registry(|r| metrics.register(r));
-        let source = crate::tftp::DirSource::new(&wire.root)
-            .with_context(|| format!("config tftp.root {}", wire.root.display()))?;
-        let bound = crate::tftp::bind(&wire)?;
+        let settings = crate::tftp::TftpSettings::try_from(&wire).context("config tftp")?;
+        let source = crate::files::DirSource::new(&settings.root)
+            .with_context(|| format!("config tftp.root {}", settings.root.display()))?;
+        let bound = crate::tftp::bind(&settings)?;
         let events = Arc::new(crate::tftp::BootTimeline {
             directory: directory.clone(),
             recorder: recorder.clone(),

@@ -21,7 +21,8 @@ pub(super) async fn start(
     cancel: &CancellationToken,
 ) -> anyhow::Result<()> {
     let controller_config = config.controller.clone().unwrap_or_default();
-    let controller = controller_config.validate().context("config controller")?;
+    let controller = crate::controller::config::ControllerSettings::try_from(&controller_config)
+        .context("config controller")?;
     let bmc_settings =
         crate::bmc::quirks::BmcSettings::try_from(config.bmc.clone().unwrap_or_default())
             .context("config")?;

@@ -8,6 +8,7 @@ use clap::{Args, Parser, Subcommand};
 pub mod apply;
 pub mod bmc;
 pub mod client;
+pub mod hwtest;
 pub mod objects;
 pub mod reimage;
 pub mod render;
@@ -62,6 +63,9 @@ pub enum Command {
     Version,
     /// Talk to a BMC directly (racking day).
     Bmc(bmc::BmcArgs),
+    /// Qualify a server model through its BMC: login, inventory, power,
+    /// boot override, boot mode, TLS; proposes the quirk entry it needs.
+    HwTest(hwtest::HwTestArgs),
     /// Render generated artifacts (Ignition configs).
     Render(render::RenderArgs),
     /// Reinstall a Machine in place (same name and address).

@@ -1,5 +1,5 @@
 //! Controller configuration (section `controller:` of the config file): the
-//! wire type read from YAML, and [`ControllerConfig::validate`] turning it
+//! wire type read from YAML, and [`ControllerSettings`] (`TryFrom<&ControllerConfig>`), turning it
 //! into the runner settings, the lifecycle limits, the boot-storm limit and
 //! the target cluster's kubeconfig.
 
@@ -91,8 +91,16 @@ pub struct ControllerSettings {
     pub bmc_timing: crate::bmc::Timing,
 }
 
+impl TryFrom<&ControllerConfig> for ControllerSettings {
+    type Error = ConfigError;
+
+    fn try_from(c: &ControllerConfig) -> Result<ControllerSettings, ConfigError> {
+        c.settings()
+    }
+}
+
 impl ControllerConfig {
-    pub fn validate(&self) -> Result<ControllerSettings, ConfigError> {
+    fn settings(&self) -> Result<ControllerSettings, ConfigError> {
         let err = |field, message| Err(ConfigError { field, message });
         if self.concurrency == 0 {
             return err("concurrency", "must be at least 1");
@@ -164,7 +172,7 @@ mod tests {
 
     #[test]
     fn defaults_validate() {
-        let s = ControllerConfig::default().validate().unwrap();
+        let s = ControllerSettings::try_from(&ControllerConfig::default()).unwrap();
         assert_eq!(s.boot_storm_limit, 50);
         assert_eq!(s.limits, Limits::default());
         assert_eq!(s.runner.concurrency, 16);
@@ -175,7 +183,7 @@ mod tests {
     fn yaml_sets_fields_and_keeps_defaults() {
         let c = parse("bootStormLimit: 500\ninstallDeadlineSeconds: 900\nkubeconfig: /etc/metalherd/target.kubeconfig\n")
             .unwrap();
-        let s = c.validate().unwrap();
+        let s = ControllerSettings::try_from(&c).unwrap();
         assert_eq!(s.boot_storm_limit, 500);
         assert_eq!(s.limits.install_deadline, Duration::from_secs(900));
         assert_eq!(s.limits.join_deadline, Limits::default().join_deadline);
@@ -197,7 +205,7 @@ mod tests {
             ),
             ("maxBootAttempts: 0\n", "maxBootAttempts"),
         ] {
-            let e = parse(yaml).unwrap().validate().unwrap_err();
+            let e = ControllerSettings::try_from(&parse(yaml).unwrap()).unwrap_err();
             assert_eq!(e.field, field, "{yaml}");
         }
     }

@@ -71,6 +71,17 @@ pub struct Notice {
     pub boot_id: Option<String>,
 }
 
+/// Something wrong about a known Machine's boot that its owner must fix
+/// (a Warning event on the Machine).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Warning {
+    pub namespace: String,
+    pub name: String,
+    /// CamelCase event reason.
+    pub reason: &'static str,
+    pub message: String,
+}
+
 /// An unknown client seen on the wire (for DiscoveredMachine objects).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Discovered {
@@ -89,17 +100,7 @@ pub struct Outcome {
     pub notice: Option<Notice>,
     pub discovered: Option<Discovered>,
     pub dropped: Option<DropReason>,
-    /// A Warning event for a Machine (the driver records it off the path).
     pub warning: Option<Warning>,
-}
-
-/// A Warning event about a known Machine.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Warning {
-    pub namespace: String,
-    pub name: String,
-    pub reason: &'static str,
-    pub message: String,
 }
 
 /// The configuration the policy runs with.
@@ -190,6 +191,12 @@ impl Policy {
             ..Outcome::default()
         });
         out.request_type = Some(req.msg_type);
+        if let Some(m) = &ctx.machine
+            && matches!(req.msg_type, MessageType::Discover | MessageType::Request)
+            && options::boot_info(&req, &self.cfg, self.server_ip) == Err(DropReason::NoBootFile)
+        {
+            out.warning = Some(no_boot_file(m, &req));
+        }
         if out.discovered.is_none()
             && ctx.machine.is_none()
             && self.cfg.discovery
@@ -199,6 +206,25 @@ impl Policy {
             out.discovered = Some(discovered(&req, None));
         }
         out
+    }
+}
+
+/// A known Machine's firmware asked for a boot file this server has none
+/// for: its architecture is not in `dhcp.bootFiles` (the built-in table
+/// holds only x86 binaries, never a wrong one).
+fn no_boot_file(m: &MachineEntry, req: &Request) -> Warning {
+    let arch = match req.arch() {
+        Some(a) => format!("{a} ({})", super::config::arch::name(a)),
+        None => "unknown".to_string(),
+    };
+    Warning {
+        namespace: m.namespace.clone(),
+        name: m.name.clone(),
+        reason: "NoBootFile",
+        message: format!(
+            "firmware of client architecture {arch} asked to network-boot and got no boot file: \
+             there is none for that architecture; add a binary built for it under dhcp.bootFiles"
+        ),
     }
 }
 
@@ -494,49 +520,6 @@ fn own_lease(c: &Ctx, ip: Ipv4Addr, leases: &LeaseTable) -> bool {
         .is_some_and(|l| l.belongs_to(&c.client, &c.req.mac) && l.state != LeaseState::Declined)
 }
 
-/// Quarantine time of a declined address.
-const DECLINE_HOLD: u64 = 600;
-
-fn decline(c: &Ctx, leases: &mut LeaseTable) -> Result<Outcome, DropReason> {
-    let ip = c.req.requested_ip().ok_or(DropReason::NoLease)?;
-    // A client is only the MAC it sends: a DECLINE must not keep a declared
-    // Machine off its reservation. Counted, shown, ignored.
-    if let Some(e) = c.machines.by_ip(&ip)
-        && e.address.is_some_and(|a| a.addr() == ip)
-    {
-        return Ok(Outcome {
-            dropped: Some(DropReason::DeclinedReservation),
-            warning: Some(Warning {
-                namespace: e.namespace.clone(),
-                name: e.name.clone(),
-                reason: "ReservationDeclined",
-                message: format!(
-                    "a DHCP DECLINE named the reserved address {ip}: ignored, the reservation is kept"
-                ),
-            }),
-            ..Outcome::default()
-        });
-    }
-    match leases.get(ip) {
-        Some(l) if l.belongs_to(&c.client, &c.req.mac) => Ok(Outcome {
-            writes: leases.decline(ip, c.client, c.req.mac, c.now + DECLINE_HOLD),
-            ..Outcome::default()
-        }),
-        _ => Err(DropReason::NoLease),
-    }
-}
-
-fn release(c: &Ctx, leases: &mut LeaseTable) -> Result<Outcome, DropReason> {
-    let writes = leases.release(c.req.ciaddr, &c.client, &c.req.mac);
-    if writes.is_empty() {
-        return Err(DropReason::NoLease);
-    }
-    Ok(Outcome {
-        writes,
-        ..Outcome::default()
-    })
-}
-
 fn inform(c: &Ctx, subnet: &Subnet) -> Result<Outcome, DropReason> {
     admit(c)?;
     let m = address_reply(c, MessageType::Ack, None, subnet);
@@ -586,6 +569,10 @@ fn proxy(c: &Ctx) -> Result<Outcome, DropReason> {
         ..Outcome::default()
     })
 }
+
+/// DECLINE and RELEASE: a client giving an address back.
+mod give_back;
+use give_back::{decline, release};
 
 #[cfg(test)]
 mod tests;

@@ -70,32 +70,46 @@ async fn a_burst_of_steps_lands_in_order_per_machine() {
     cancel.cancel();
 }
 
-#[tokio::test]
-async fn warnings_from_the_boot_services_become_events_on_the_machine() {
-    let dir = tempfile::tempdir().unwrap();
-    let store: Arc<dyn Store> = Arc::new(EmbeddedStore::open(&dir.path().join("s.redb")).unwrap());
+#[tokio::test(start_paused = true)]
+async fn warnings_become_events_at_most_once_a_minute_per_machine_and_reason() {
+    let store: Arc<dyn Store> = Arc::new(crate::store::memory::MemoryStore::new());
     let cancel = CancellationToken::new();
     let rec = BootRecorder::spawn(store.clone(), cancel.clone());
-    rec.warn(
-        "default",
-        "m1",
-        "ReservationDeclined",
-        "a DECLINE named 10.0.0.7",
-    );
-    let mut evs = vec![];
-    for _ in 0..100 {
-        evs = crate::store::events::list_for(store.as_ref(), Kind::Machine, "default", "m1")
+    let events = || async {
+        store
+            .list_obj::<crate::api::Event>(&crate::store::ListOptions::default())
             .await
-            .unwrap();
-        if !evs.is_empty() {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+            .unwrap()
+    };
+    let settle = || tokio::time::sleep(Duration::from_millis(50));
+    rec.warn("default", "m1", "NoBootFile", "no boot file for arm64");
+    settle().await;
+    let evs = events().await;
     assert_eq!(evs.len(), 1, "{evs:?}");
-    assert_eq!(
-        (evs[0].type_.as_str(), evs[0].reason.as_str()),
-        ("Warning", "ReservationDeclined")
-    );
+    assert_eq!(evs[0].type_, "Warning");
+    assert_eq!(evs[0].reason, "NoBootFile");
+    assert_eq!(evs[0].involved_object.name, "m1");
+    // A client repeating its request within the minute writes nothing more.
+    for _ in 0..100 {
+        rec.warn("default", "m1", "NoBootFile", "no boot file for arm64");
+    }
+    settle().await;
+    let evs = events().await;
+    assert_eq!((evs.len(), evs[0].count), (1, 1), "{evs:?}");
+    // Another Machine, or another reason, is its own warning.
+    rec.warn("default", "m2", "NoBootFile", "no boot file for arm64");
+    rec.warn("default", "m1", "OtherReason", "something else");
+    settle().await;
+    assert_eq!(events().await.len(), 3);
+    // After the minute the repeat is recorded, folded into the first.
+    tokio::time::advance(WARN_EVERY).await;
+    rec.warn("default", "m1", "NoBootFile", "no boot file for arm64");
+    settle().await;
+    let evs = events().await;
+    let first = evs
+        .iter()
+        .find(|e| e.reason == "NoBootFile" && e.involved_object.name == "m1")
+        .unwrap();
+    assert_eq!((evs.len(), first.count), (3, 2), "{evs:?}");
     cancel.cancel();
 }

@@ -1,6 +1,6 @@
 //! TFTP configuration (section `tftp:` of the config file): the wire type
-//! read from YAML, and [`TftpConfig::validate`] turning it into the limits
-//! the server runs with.
+//! read from YAML, and [`TftpSettings`] (`TryFrom<&TftpConfig>`), the
+//! checked values the server runs with.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -80,9 +80,42 @@ pub struct ConfigError {
     pub message: String,
 }
 
+/// What the TFTP server runs with: [`TftpConfig`] checked, durations typed.
+#[derive(Clone, Debug)]
+pub struct TftpSettings {
+    pub listen: SocketAddr,
+    pub root: PathBuf,
+    pub max_transfers: usize,
+    pub max_transfers_per_client: usize,
+    pub error_replies_per_second: u32,
+    pub error_reply_burst: u32,
+    pub drain: Duration,
+    pub threads: usize,
+    /// Per-session timeouts, retries and option ceilings.
+    pub limits: Limits,
+}
+
+impl TryFrom<&TftpConfig> for TftpSettings {
+    type Error = ConfigError;
+
+    fn try_from(c: &TftpConfig) -> Result<TftpSettings, ConfigError> {
+        Ok(TftpSettings {
+            listen: c.listen,
+            root: c.root.clone(),
+            max_transfers: c.max_transfers,
+            max_transfers_per_client: c.max_transfers_per_client,
+            error_replies_per_second: c.error_replies_per_second,
+            error_reply_burst: c.error_reply_burst,
+            drain: Duration::from_millis(c.drain_ms),
+            threads: c.threads,
+            limits: c.limits()?,
+        })
+    }
+}
+
 impl TftpConfig {
     /// Check the values and build the per-session limits.
-    pub fn validate(&self) -> Result<Limits, ConfigError> {
+    fn limits(&self) -> Result<Limits, ConfigError> {
         let err = |field, message: &str| ConfigError {
             field,
             message: message.to_string(),
@@ -134,11 +167,13 @@ mod tests {
 
     #[test]
     fn defaults_are_valid_and_yaml_overrides_them() {
-        assert!(TftpConfig::default().validate().is_ok());
+        assert!(TftpSettings::try_from(&TftpConfig::default()).is_ok());
         let c: TftpConfig =
             serde_yaml::from_str("listen: 127.0.0.1:6969\nmaxBlksize: 1468\n").unwrap();
         assert_eq!(c.listen.port(), 6969);
-        assert_eq!(c.validate().unwrap().max_blksize, 1468);
+        let s = TftpSettings::try_from(&c).unwrap();
+        assert_eq!(s.limits.max_blksize, 1468);
+        assert_eq!(s.drain, Duration::from_millis(5000));
         assert_eq!(c.threads, 1);
         let c: TftpConfig = serde_yaml::from_str("threads: 0\n").unwrap();
         assert_eq!(c.threads, 0);
@@ -147,7 +182,8 @@ mod tests {
             max_blksize: 4,
             ..TftpConfig::default()
         };
-        assert!(bad.validate().is_err());
+        let e = TftpSettings::try_from(&bad).unwrap_err();
+        assert_eq!(e.field, "maxBlksize");
     }
 
     #[test]
@@ -158,9 +194,11 @@ mod tests {
             ("maxClientTimeoutSeconds: 256\n", "maxClientTimeoutSeconds"),
         ] {
             let c: TftpConfig = serde_yaml::from_str(yaml).unwrap();
-            assert_eq!(c.validate().unwrap_err().field, field, "{yaml}");
+            let e = TftpSettings::try_from(&c).unwrap_err();
+            assert_eq!(e.field, field, "{yaml}");
         }
         let c: TftpConfig = serde_yaml::from_str("maxClientTimeoutSeconds: 30\n").unwrap();
-        assert_eq!(c.validate().unwrap().max_client_timeout, 30);
+        let s = TftpSettings::try_from(&c).unwrap();
+        assert_eq!(s.limits.max_client_timeout, 30);
     }
 }

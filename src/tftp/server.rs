@@ -22,13 +22,14 @@ use tokio_util::task::TaskTracker;
 use tracing::Instrument;
 
 use super::burst::Burst;
-use super::config::{ConfigError, TftpConfig};
+use super::config::{ConfigError, TftpConfig, TftpSettings};
 use super::events::{TftpEvents, TransferReport};
 use super::metrics::TftpMetrics;
+use super::netascii::Netascii;
 use super::packet::{self, Mode, Packet, Request, code};
 use super::refuse::{ReplyBudget, refusal};
 use super::session::{Action, Limits, Outcome, Session};
-use super::source::{FileSource, Netascii, SourceError};
+use crate::files::{FileSource, SourceError};
 
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -50,14 +51,12 @@ pub struct TftpServer {
     /// serves it.
     socket: std::net::UdpSocket,
     local: SocketAddr,
-    limits: Limits,
-    config: TftpConfig,
+    settings: TftpSettings,
 }
 
-/// Bind the listening socket described by `config`.
-pub fn bind(config: &TftpConfig) -> Result<TftpServer, TftpError> {
-    let limits = config.validate()?;
-    let addr = config.listen;
+/// Bind the listening socket described by `settings`.
+pub fn bind(settings: &TftpSettings) -> Result<TftpServer, TftpError> {
+    let addr = settings.listen;
     let bind_err = |source| TftpError::Bind { addr, source };
     let sock = socket2::Socket::new(
         socket2::Domain::for_address(addr),
@@ -74,8 +73,7 @@ pub fn bind(config: &TftpConfig) -> Result<TftpServer, TftpError> {
     Ok(TftpServer {
         socket,
         local,
-        limits,
-        config: config.clone(),
+        settings: settings.clone(),
     })
 }
 
@@ -86,7 +84,7 @@ pub async fn run(
     events: Arc<dyn TftpEvents>,
     cancel: CancellationToken,
 ) -> Result<(), TftpError> {
-    bind(&config)?
+    bind(&TftpSettings::try_from(&config)?)?
         .serve(source, events, TftpMetrics::default(), cancel)
         .await;
     Ok(())
@@ -144,7 +142,7 @@ impl TftpServer {
         metrics: TftpMetrics,
         cancel: CancellationToken,
     ) {
-        let threads = self.config.threads;
+        let threads = self.settings.threads;
         if threads == 0 {
             return self.serve_here(source, events, metrics, cancel).await;
         }
@@ -195,19 +193,19 @@ impl TftpServer {
             source,
             events,
             metrics,
-            limits: self.limits,
+            limits: self.settings.limits,
             local_ip: self.local.ip(),
             active: Mutex::new(HashMap::new()),
             per_client: Mutex::new(HashMap::new()),
-            max_per_client: self.config.max_transfers_per_client,
+            max_per_client: self.settings.max_transfers_per_client,
             next_id: AtomicU64::new(0),
             budget: Mutex::new(ReplyBudget::new(
-                self.config.error_replies_per_second,
-                self.config.error_reply_burst,
+                self.settings.error_replies_per_second,
+                self.settings.error_reply_burst,
                 Instant::now(),
             )),
         });
-        let permits = Arc::new(Semaphore::new(self.config.max_transfers));
+        let permits = Arc::new(Semaphore::new(self.settings.max_transfers));
         let tracker = TaskTracker::new();
         let hard_stop = CancellationToken::new();
         let mut buf = vec![0u8; 65536];
@@ -269,7 +267,7 @@ impl TftpServer {
             );
         }
         tracker.close();
-        let drain = Duration::from_millis(self.config.drain_ms);
+        let drain = self.settings.drain;
         if tokio::time::timeout(drain, tracker.wait()).await.is_err() {
             tracing::info!(
                 left = tracker.len(),

@@ -2,8 +2,13 @@
 //! BMC emulator: per-request rules (method + path substring, a number of
 //! times or forever) that delay, drop the connection without a reply,
 //! answer 5xx (with Retry-After), or swallow a request with a 204 so the
-//! BMC "acknowledges" a change it never sees. Everything else is forwarded.
-//! Runs on the test's tokio runtime; stops when dropped.
+//! BMC "acknowledges" a change it never sees. It can also lie: rewrite
+//! text in answers (make sushy-tools look like another vendor's model, or
+//! read back `Once` where the emulator keeps `Continuous`), or acknowledge a
+//! Reset at once, report its target power state for the next few reads,
+//! and only then pass the Reset on (a BMC whose power state is reported
+//! before it is true). Everything else is forwarded. Runs on the test's
+//! tokio runtime; stops when dropped.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -22,6 +27,24 @@ pub enum Fault {
     Status { code: u16, retry_after: Option<u64> },
     /// Answer 204 without forwarding: an acknowledged, ignored change.
     Swallow,
+    /// Forward, then replace each `(from, to)` in the answer's body.
+    Rewrite(Vec<(String, String)>),
+    /// For a Reset POST: answer 204 at once, hold the request, answer the
+    /// next `reads` GETs whose body has a `PowerState` with the Reset's
+    /// target state, then forward the held Reset (before answering the
+    /// last of those reads) and tell the truth again.
+    PowerEarly { reads: usize },
+}
+
+/// A Reset acknowledged but not yet passed on.
+struct Held {
+    method: Method,
+    path: String,
+    headers: hyper::HeaderMap,
+    body: Bytes,
+    /// `On` or `Off`: what the lie reports.
+    target: &'static str,
+    reads_left: usize,
 }
 
 #[derive(Clone, Debug)]
@@ -99,6 +122,7 @@ struct State {
     bodies: Vec<(String, String, String)>,
     /// (method, path, status answered or 0 for dropped)
     log: Vec<(String, String, u16)>,
+    held: Option<Held>,
 }
 
 pub struct BmcProxy {
@@ -251,7 +275,40 @@ async fn handle(
                 .expect("response"));
         }
         Some(Fault::Delay(d)) => tokio::time::sleep(d).await,
-        None => {}
+        Some(Fault::PowerEarly { reads }) => {
+            let headers = req.headers().clone();
+            let body = req
+                .into_body()
+                .collect()
+                .await
+                .map(|c| c.to_bytes())
+                .unwrap_or_default();
+            let reset: serde_json::Value = serde_json::from_slice(&body).unwrap_or_default();
+            let target = match reset["ResetType"].as_str().unwrap_or("") {
+                "ForceOff" | "GracefulShutdown" | "PushPowerButton" => "Off",
+                _ => "On",
+            };
+            let mut s = state.lock().expect("lock");
+            s.bodies.push((
+                method.to_string(),
+                path.clone(),
+                String::from_utf8_lossy(&body).to_string(),
+            ));
+            s.held = Some(Held {
+                method: method.clone(),
+                path: path.clone(),
+                headers,
+                body,
+                target,
+                reads_left: reads,
+            });
+            s.log.push((method.to_string(), path.clone(), 204));
+            return Ok(Response::builder()
+                .status(204)
+                .body(Full::new(Bytes::new()))
+                .expect("response"));
+        }
+        Some(Fault::Rewrite(_)) | None => {}
     }
     // Forward.
     let headers = req.headers().clone();
@@ -268,26 +325,48 @@ async fn handle(
             String::from_utf8_lossy(&body).to_string(),
         ));
     }
-    let url = upstream.join(&path).expect("join");
-    let mut fwd = client.request(method.clone(), url).body(body);
-    for (k, v) in headers.iter() {
-        if k != hyper::header::HOST && k != hyper::header::CONTENT_LENGTH {
-            fwd = fwd.header(k, v);
+    let (status, resp_headers, bytes) =
+        match forward(&client, &upstream, &method, &path, &headers, body).await {
+            Ok(r) => r,
+            Err(e) => {
+                record(502);
+                return Ok(Response::builder()
+                    .status(502)
+                    .body(Full::new(Bytes::from(e)))
+                    .expect("response"));
+            }
+        };
+    let mut bytes = bytes;
+    if let Some(Fault::Rewrite(pairs)) = &fault {
+        let mut text = String::from_utf8_lossy(&bytes).to_string();
+        for (from, to) in pairs {
+            text = text.replace(from.as_str(), to);
         }
+        bytes = Bytes::from(text);
     }
-    let resp = match fwd.send().await {
-        Ok(r) => r,
-        Err(e) => {
-            record(502);
-            return Ok(Response::builder()
-                .status(502)
-                .body(Full::new(Bytes::from(e.to_string())))
-                .expect("response"));
+    // A held Reset: lie about the power state, then pass the Reset on.
+    let release = {
+        let mut s = state.lock().expect("lock");
+        let mut release = None;
+        if method == Method::GET
+            && let Some(h) = s.held.as_mut()
+            && let Ok(mut v) = serde_json::from_slice::<serde_json::Value>(&bytes)
+            && v.get("PowerState").is_some()
+        {
+            v["PowerState"] = serde_json::Value::from(h.target);
+            bytes = Bytes::from(v.to_string());
+            h.reads_left = h.reads_left.saturating_sub(1);
+            if h.reads_left == 0 {
+                release = s.held.take();
+            }
         }
+        release
     };
-    let status = resp.status().as_u16();
+    if let Some(h) = release {
+        let _ = forward(&client, &upstream, &h.method, &h.path, &h.headers, h.body).await;
+    }
     let mut b = Response::builder().status(status);
-    for (k, v) in resp.headers().iter() {
+    for (k, v) in resp_headers.iter() {
         if k != hyper::header::CONTENT_LENGTH
             && k != hyper::header::TRANSFER_ENCODING
             && k != hyper::header::CONNECTION
@@ -295,7 +374,29 @@ async fn handle(
             b = b.header(k, v);
         }
     }
-    let bytes = resp.bytes().await.unwrap_or_default();
     record(status);
     Ok(b.body(Full::new(bytes)).expect("response"))
+}
+
+/// Send a request upstream: (status, headers, body) or the error text.
+async fn forward(
+    client: &reqwest::Client,
+    upstream: &url::Url,
+    method: &Method,
+    path: &str,
+    headers: &hyper::HeaderMap,
+    body: Bytes,
+) -> Result<(u16, reqwest::header::HeaderMap, Bytes), String> {
+    let url = upstream.join(path).expect("join");
+    let mut fwd = client.request(method.clone(), url).body(body);
+    for (k, v) in headers.iter() {
+        if k != hyper::header::HOST && k != hyper::header::CONTENT_LENGTH {
+            fwd = fwd.header(k, v);
+        }
+    }
+    let resp = fwd.send().await.map_err(|e| e.to_string())?;
+    let status = resp.status().as_u16();
+    let headers = resp.headers().clone();
+    let bytes = resp.bytes().await.unwrap_or_default();
+    Ok((status, headers, bytes))
 }

@@ -8,10 +8,9 @@ use std::process::Output;
 use std::sync::Arc;
 use std::time::Duration;
 
+use metalherd::files::{DirSource, FileSource, MemorySource, Overlay};
 use metalherd::tftp::packet::Packet;
-use metalherd::tftp::{
-    DirSource, FileSource, MemorySource, NoEvents, Overlay, TftpConfig, TftpMetrics,
-};
+use metalherd::tftp::{NoEvents, TftpConfig, TftpMetrics};
 use tokio_util::sync::CancellationToken;
 
 /// How long any single client run or raw exchange may take before the
@@ -88,7 +87,8 @@ pub async fn start(tweak: impl FnOnce(&mut TftpConfig)) -> TftpFixture {
         ..TftpConfig::default()
     };
     tweak(&mut config);
-    let server = metalherd::tftp::bind(&config).expect("bind");
+    let settings = metalherd::tftp::TftpSettings::try_from(&config).expect("settings");
+    let server = metalherd::tftp::bind(&settings).expect("bind");
     let addr = server.local_addr();
     let metrics = TftpMetrics::default();
     let cancel = CancellationToken::new();

@@ -104,6 +104,11 @@ static CLIENTS: std::sync::LazyLock<
 /// in use stay alive through their drivers).
 const MAX_CACHED_CLIENTS: usize = 512;
 
+/// The HTTP client the driver would use for these TLS settings (shared).
+pub fn http_client(tls: &TlsMode, timing: &Timing) -> Result<reqwest::Client, String> {
+    shared_client(tls, timing)
+}
+
 fn shared_client(tls: &TlsMode, timing: &Timing) -> Result<reqwest::Client, String> {
     let key = (tls.clone(), timing.request_timeout);
     if let Ok(cache) = CLIENTS.lock()

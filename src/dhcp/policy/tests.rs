@@ -18,6 +18,9 @@ mod hostile;
 /// REQUESTs that try to steer the server onto an address.
 mod steering;
 
+/// Architectures without a boot file.
+mod boot_files;
+
 const SERVER: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 1);
 const KNOWN: [u8; 6] = [0x52, 0x54, 0, 0x12, 0x34, 0x56];
 const STRANGER: [u8; 6] = [0x52, 0x54, 0, 0xaa, 0xbb, 0xcc];

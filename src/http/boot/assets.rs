@@ -1,6 +1,8 @@
 //! `GET|HEAD /assets/{path}` (files under the assets directory, iPXE
 //! binaries among them) and `GET|HEAD /images/{sha256}/{name}` (cached OS
-//! images). Both go through `files::serve` (Range, ETag, streaming). A
+//! images). Assets are opened through the shared file source
+//! ([`crate::files::DirSource`], its one path check), images from the image
+//! cache; both are sent by [`send_file::serve`] (Range, ETag, streaming). A
 //! finished kernel or initrd is a boot step of the machine that fetched it
 //! (by its `mac` query parameter, else its address).
 
@@ -11,11 +13,12 @@ use axum::extract::{ConnectInfo, Path, RawQuery, State};
 use axum::response::Response;
 use http::{HeaderMap, Method, StatusCode};
 
-use super::files::{self, FileError, OnDone};
 use super::metrics::{Endpoint, ErrorReason};
+use super::send_file::{self, FileError, OnDone};
 use super::{BootState, Params, reply};
 use crate::api::BootStep;
 use crate::directory::{BootIntent, MachineEntry};
+use crate::files::SourceError;
 
 fn machine_for(st: &BootState, q: Option<&str>, peer: SocketAddr) -> Option<Arc<MachineEntry>> {
     let p = Params::parse(q.unwrap_or_default());
@@ -85,15 +88,27 @@ pub async fn asset(
     method: Method,
     headers: HeaderMap,
 ) -> Response {
-    let Some(path) = files::resolve_under(&st.settings.assets_dir, &rel).await else {
-        st.metrics.error(ErrorReason::not_found);
-        st.metrics.request(Endpoint::asset, StatusCode::NOT_FOUND);
-        return reply(StatusCode::NOT_FOUND, "not found");
+    let opened = match st.assets() {
+        Some(src) => src.open_file(&rel).await,
+        None => Err(SourceError::NotFound),
+    };
+    let file = match opened {
+        Ok((f, _)) => tokio::fs::File::from_std(f),
+        Err(SourceError::Io(e)) => {
+            let r = file_error(&st, FileError::Io(e));
+            st.metrics.request(Endpoint::asset, r.status());
+            return r;
+        }
+        Err(_) => {
+            st.metrics.error(ErrorReason::not_found);
+            st.metrics.request(Endpoint::asset, StatusCode::NOT_FOUND);
+            return reply(StatusCode::NOT_FOUND, "not found");
+        }
     };
     let m = machine_for(&st, q.as_deref(), peer);
     let done = on_done(&st, Endpoint::asset, m, BootStep::Asset, rel.clone());
-    let r = match files::serve(
-        &path,
+    let r = match send_file::serve(
+        file,
         &method,
         &headers,
         None,
@@ -130,8 +145,20 @@ pub async fn image(
     let m = machine_for(&st, q.as_deref(), peer);
     let done = on_done(&st, Endpoint::image, m, step, sha.to_ascii_lowercase());
     let etag = format!("\"{}\"", sha.to_ascii_lowercase());
-    let r = match files::serve(
-        &path,
+    let file = match tokio::fs::File::open(&path).await {
+        Ok(f) => f,
+        Err(e) => {
+            let e = match e.kind() {
+                std::io::ErrorKind::NotFound => FileError::NotFound,
+                _ => FileError::Io(e),
+            };
+            let r = file_error(&st, e);
+            st.metrics.request(Endpoint::image, r.status());
+            return r;
+        }
+    };
+    let r = match send_file::serve(
+        file,
         &method,
         &headers,
         Some(etag),

@@ -8,11 +8,8 @@
 
 pub mod access;
 pub mod assets;
-pub mod cache;
 pub mod callhome;
-pub mod checksums;
 pub mod config;
-pub mod files;
 pub mod ignition;
 pub mod metrics;
 pub mod once;
@@ -20,6 +17,7 @@ pub mod range;
 pub mod renderer;
 pub mod script;
 pub mod script_handler;
+pub mod send_file;
 pub mod token;
 
 use std::collections::HashMap;
@@ -34,12 +32,12 @@ use tokio_util::sync::CancellationToken;
 
 use crate::api::{BootEvent, BootStep, Kind, MacAddr, Machine, MachineClass};
 use crate::directory::{BootRecorder, Directory, MachineEntry};
+use crate::files::{DirSource, ImageCache};
 use crate::store::events::{EventType, Regarding, record};
 use crate::store::modify::{Target, modify_obj};
 use crate::store::{Store, StoreError, TypedStore};
 
 pub use access::LeaseLookup;
-pub use cache::ImageCache;
 pub use ignition::{IgnitionContext, IgnitionSource, IgnitionSourceError, IgnitionStage};
 pub use metrics::BootMetrics;
 pub use token::TokenKey;
@@ -69,6 +67,8 @@ pub struct BootState {
     pub metrics: BootMetrics,
     pub key: TokenKey,
     pub cache: ImageCache,
+    /// The assets directory as a file source, once it exists.
+    assets: std::sync::Mutex<Option<Arc<DirSource>>>,
     /// Configs handed out in full by this process (each once per boot).
     pub served: once::ServedLog,
 }
@@ -104,8 +104,22 @@ impl BootState {
             metrics: deps.metrics,
             key,
             cache,
+            assets: std::sync::Mutex::new(None),
             served,
         })
+    }
+
+    /// The assets directory's file source, opened on first use (the
+    /// directory may be created after the server starts); `None` while it
+    /// does not exist.
+    pub fn assets(&self) -> Option<Arc<DirSource>> {
+        let mut slot = self.assets.lock().ok()?;
+        if slot.is_none() {
+            *slot = DirSource::with_cache_limit(&self.settings.assets_dir, 0)
+                .ok()
+                .map(Arc::new);
+        }
+        slot.clone()
     }
 
     pub fn bad_request(&self, reason: &str) -> Response {

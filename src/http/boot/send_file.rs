@@ -1,10 +1,10 @@
-//! Serving one file from disk: HEAD, a single Range, ETag with
+//! Sending one opened file over HTTP: HEAD, a single Range, ETag with
 //! If-None-Match / If-Range, streamed in chunks through a length-limited
-//! reader (a file is never read whole into memory). A completion callback
+//! reader (a file is never read whole into memory). Which file may be
+//! opened is decided before, by the shared file source ([`crate::files`]). A completion callback
 //! learns how many bytes went out and whether the body finished, so the
 //! caller can record the boot step and count the transfer.
 
-use std::path::{Component, Path, PathBuf};
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
@@ -23,25 +23,6 @@ const CHUNK: usize = 256 * 1024;
 
 /// Called once when a body ends: `(bytes sent, completed)`.
 pub type OnDone = Box<dyn FnOnce(u64, bool) + Send + 'static>;
-
-/// Resolve `rel` (from a URL path) under `root`, refusing anything that
-/// could leave it: `..`, absolute paths, backslashes, NULs, hidden names, and
-/// symlinks that lead outside the root.
-pub async fn resolve_under(root: &Path, rel: &str) -> Option<PathBuf> {
-    if rel.is_empty() || rel.len() > 1024 || rel.contains(['\\', '\0']) || rel.starts_with('/') {
-        return None;
-    }
-    let p = Path::new(rel);
-    for c in p.components() {
-        match c {
-            Component::Normal(s) if !s.to_string_lossy().starts_with('.') => {}
-            _ => return None,
-        }
-    }
-    let root = tokio::fs::canonicalize(root).await.ok()?;
-    let full = tokio::fs::canonicalize(root.join(p)).await.ok()?;
-    full.starts_with(&root).then_some(full)
-}
 
 /// An ETag from size and modification time (cheap, changes when the file does).
 pub fn etag_of(meta: &std::fs::Metadata) -> String {
@@ -68,22 +49,17 @@ pub struct Served {
     pub status: StatusCode,
 }
 
-/// Serve `path` for a GET or HEAD. `etag` overrides the size/mtime ETag
+/// Send `file` for a GET or HEAD. `etag` overrides the size/mtime ETag
 /// (content-addressed images use their digest). `on_done` fires when a
 /// body finishes or is dropped early; it is not called for HEAD, 304 or 416.
 pub async fn serve(
-    path: &Path,
+    mut file: tokio::fs::File,
     method: &Method,
     headers: &HeaderMap,
     etag: Option<String>,
     content_type: &'static str,
     on_done: Option<OnDone>,
 ) -> Result<Served, FileError> {
-    let mut file = match tokio::fs::File::open(path).await {
-        Ok(f) => f,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Err(FileError::NotFound),
-        Err(e) => return Err(e.into()),
-    };
     let meta = file.metadata().await?;
     if !meta.is_file() {
         return Err(FileError::NotFound);
@@ -206,37 +182,5 @@ impl Stream for Tracked {
 impl Drop for Tracked {
     fn drop(&mut self) {
         self.finish(false);
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[tokio::test]
-    async fn traversal_is_refused() {
-        let d = tempfile::tempdir().unwrap();
-        let root = d.path().join("root");
-        std::fs::create_dir(&root).unwrap();
-        std::fs::write(root.join("ok.bin"), b"x").unwrap();
-        std::fs::write(d.path().join("secret"), b"s").unwrap();
-        std::os::unix::fs::symlink(d.path().join("secret"), root.join("link")).unwrap();
-        std::fs::create_dir(root.join("sub")).unwrap();
-        std::fs::write(root.join("sub/in.bin"), b"y").unwrap();
-        assert!(resolve_under(&root, "ok.bin").await.is_some());
-        assert!(resolve_under(&root, "sub/in.bin").await.is_some());
-        for bad in [
-            "../secret",
-            "/etc/passwd",
-            "sub/../../secret",
-            "link",
-            "sub\\in.bin",
-            ".hidden",
-            "",
-            "a\0b",
-            "missing",
-        ] {
-            assert!(resolve_under(&root, bad).await.is_none(), "{bad:?}");
-        }
     }
 }

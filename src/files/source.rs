@@ -1,11 +1,13 @@
-//! Where TFTP files come from: the [`FileSource`] trait, a read-only
+//! Where boot files come from: the [`FileSource`] trait, a read-only
 //! directory ([`DirSource`]) in which no request can reach outside the root
-//! (no `..`, absolute paths, backslashes, NULs, or symlinks leading out),
-//! in-memory virtual files ([`MemorySource`]) and an [`Overlay`] of two
-//! sources. Small files (boot loaders like ipxe.efi, read by every
+//! (no `..`, absolute paths, hidden names, backslashes, NULs, or symlinks
+//! leading out), in-memory virtual files ([`MemorySource`]) and an
+//! [`Overlay`] of two sources. TFTP reads through [`FileSource::open`];
+//! boot HTTP, which needs to seek for Range requests, opens the same
+//! checked file with [`DirSource::open_file`]. Small files (boot loaders like ipxe.efi, read by every
 //! machine of a boot storm) are read whole once and served from memory
 //! while they stay unchanged; larger ones are read in chunks, never whole.
-//! Knows nothing of TFTP packets; error messages never carry server paths.
+//! Knows nothing of TFTP or HTTP; error messages never carry server paths.
 
 use std::collections::HashMap;
 use std::io::Read;
@@ -63,11 +65,17 @@ pub trait FileSource: Send + Sync {
     async fn open(&self, name: &str) -> Result<Box<dyn FileHandle>, SourceError>;
 }
 
-/// Split a requested name into safe relative components, or refuse it.
-/// Allowed: `a/b/c`, `./a` and repeated slashes inside. Refused: empty
-/// names, absolute paths, `..`, backslashes, NUL and other control bytes.
+/// Longest name accepted, in bytes.
+pub const NAME_MAX: usize = 1024;
+
+/// The one path check of every file source: split a requested name into
+/// safe relative components, or refuse it. Allowed: `a/b/c`, `./a` and
+/// repeated slashes inside. Refused: empty names, names over [`NAME_MAX`]
+/// bytes, absolute paths, `..`, hidden names (a component starting with
+/// `.`), backslashes, NUL and other control bytes.
 pub fn sanitize(name: &str) -> Result<Vec<&str>, SourceError> {
     if name.is_empty()
+        || name.len() > NAME_MAX
         || name.starts_with('/')
         || name.bytes().any(|b| b == b'\\' || b < 0x20 || b == 0x7f)
     {
@@ -77,7 +85,7 @@ pub fn sanitize(name: &str) -> Result<Vec<&str>, SourceError> {
     for part in name.split('/') {
         match part {
             "" | "." => {}
-            ".." => return Err(SourceError::Forbidden),
+            p if p.starts_with('.') => return Err(SourceError::Forbidden),
             p => parts.push(p),
         }
     }
@@ -153,6 +161,21 @@ impl DirSource {
 
     pub fn root(&self) -> &Path {
         &self.root
+    }
+
+    /// Open `name` after the same checks as [`FileSource::open`], without
+    /// the memory cache: for servers that seek (HTTP Range requests).
+    /// Only regular files open.
+    pub async fn open_file(
+        &self,
+        name: &str,
+    ) -> Result<(std::fs::File, std::fs::Metadata), SourceError> {
+        sanitize(name)?;
+        let root = self.root.clone();
+        let name = name.to_string();
+        tokio::task::spawn_blocking(move || open_regular(&resolve(&root, &name)?))
+            .await
+            .map_err(|e| SourceError::Io(std::io::Error::other(e)))?
     }
 }
 
@@ -411,70 +434,6 @@ impl FileHandle for MemFile {
         let k = scratch.len().min(self.data.len());
         self.last = self.data.split_to(k);
         Ok(&self.last)
-    }
-}
-
-/// A file read in netascii (RFC 1350 / RFC 764): LF becomes CR LF and a
-/// bare CR becomes CR NUL. Its size on the wire is unknown up front, so it
-/// answers no `tsize`.
-pub struct Netascii {
-    inner: Box<dyn FileHandle>,
-    raw: Vec<u8>,
-    pos: usize,
-    eof: bool,
-    /// Second byte of a pair that did not fit in the last read.
-    pending: Option<u8>,
-}
-
-impl Netascii {
-    pub fn new(inner: Box<dyn FileHandle>) -> Netascii {
-        Netascii {
-            inner,
-            raw: Vec::new(),
-            pos: 0,
-            eof: false,
-            pending: None,
-        }
-    }
-}
-
-#[async_trait]
-impl FileHandle for Netascii {
-    fn size(&self) -> Option<u64> {
-        None
-    }
-
-    async fn read(&mut self, out: &mut [u8]) -> std::io::Result<usize> {
-        const RAW: usize = 4096;
-        let mut n = 0;
-        while n < out.len() {
-            if let Some(b) = self.pending.take() {
-                out[n] = b;
-                n += 1;
-                continue;
-            }
-            let Some(&b) = self.raw.get(self.pos) else {
-                if self.eof {
-                    break;
-                }
-                self.raw.resize(RAW, 0);
-                let k = self.inner.read(&mut self.raw).await?;
-                self.raw.truncate(k);
-                self.pos = 0;
-                self.eof = k < RAW;
-                continue;
-            };
-            self.pos += 1;
-            let (first, second) = match b {
-                b'\n' => (b'\r', Some(b'\n')),
-                b'\r' => (b'\r', Some(0)),
-                other => (other, None),
-            };
-            out[n] = first;
-            n += 1;
-            self.pending = second;
-        }
-        Ok(n)
     }
 }
 

@@ -1,0 +1,282 @@
+//! Story: "qualify one server of a new model before racking a fleet of
+//! them": `metalherd hw-test` against the BMC emulators the project uses
+//! (sushy-tools' fake driver, OpenIPMI's ipmi_sim, pyghmi's fake BMC), and
+//! against a lying BMC (the fault proxy in front of sushy-tools) whose lie
+//! it must name and turn into a quirk entry. The VM-backed half of the
+//! qualification (a real PXE boot observed through proxy DHCP) is not here.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod common;
+
+use std::process::Command;
+
+use common::bmc_proxy::{BmcProxy, Fault, Rule};
+use common::ipmi_emulators::{IpmiSim, PASSWORD, PyghmiBmc, USER};
+use common::sushy::{Sushy, SushyOptions};
+use serde_json::Value;
+
+/// Run `metalherd hw-test` and return (exit success, JSON report, stderr).
+fn hw_test(address: &str, user: &str, password: &str, extra: &[&str]) -> (bool, Value, String) {
+    let dir = tempfile::tempdir().unwrap();
+    let pw = dir.path().join("password");
+    std::fs::write(&pw, format!("{password}\n")).unwrap();
+    // A short watch after each power action unless the test asks longer.
+    let settle: &[&str] = if extra.contains(&"--settle-window") {
+        &[]
+    } else {
+        &["--settle-window", "3"]
+    };
+    let out = Command::new(common::metalherd_bin())
+        .args(["hw-test", "--address", address, "--username", user])
+        .arg("--password-file")
+        .arg(&pw)
+        .args(["-o", "json", "--power-timeout", "60"])
+        .args(extra)
+        .args(settle)
+        .env_remove("METALHERD_CONFIG")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout).to_string();
+    let stderr = String::from_utf8_lossy(&out.stderr).to_string();
+    let report: Value = serde_json::from_str(&stdout)
+        .unwrap_or_else(|e| panic!("report is not JSON ({e}):\n{stdout}\nstderr:\n{stderr}"));
+    // The password never reaches the report or the progress lines.
+    assert!(!stdout.contains(password), "{stdout}");
+    assert!(!stderr.contains(password), "{stderr}");
+    (out.status.success(), report, stderr)
+}
+
+fn check<'a>(report: &'a Value, name: &str) -> &'a Value {
+    report["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == name)
+        .unwrap_or_else(|| panic!("no check {name}: {report:#}"))
+}
+
+fn status(report: &Value, name: &str) -> String {
+    check(report, name)["status"].as_str().unwrap().to_string()
+}
+
+/// Requests that change power or the next boot, as the proxy saw them.
+fn changes(proxy: &BmcProxy) -> Vec<(String, String)> {
+    proxy
+        .log()
+        .into_iter()
+        .filter(|(m, _, _)| m == "POST" || m == "PATCH" || m == "PUT")
+        .filter(|(_, p, _)| !p.contains("SessionService") && !p.contains("/Sessions"))
+        .map(|(m, p, _)| (m, p))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn read_only_qualification_of_sushy_changes_nothing() {
+    let sushy = Sushy::start(SushyOptions::default());
+    let proxy = BmcProxy::start(sushy.base()).await;
+    let system = &sushy.opts.systems[0];
+    let address = format!(
+        "redfish+http://127.0.0.1:{}/redfish/v1/Systems/{}",
+        proxy.base().port().unwrap(),
+        system.uuid
+    );
+    let (user, pw) = sushy.opts.auth.clone().unwrap();
+    let (ok, report, stderr) = tokio::task::spawn_blocking(move || {
+        hw_test(&address, &user, &pw, &["--probe-session-limit", "3"])
+    })
+    .await
+    .unwrap();
+    assert!(ok, "{report:#}\n{stderr}");
+    assert_eq!(report["protocol"], "redfish");
+    assert_eq!(status(&report, "login-basic"), "pass", "{report:#}");
+    // sushy-tools has no SessionService: said, not failed.
+    assert_eq!(
+        status(&report, "login-session"),
+        "notSupported",
+        "{report:#}"
+    );
+    assert_eq!(status(&report, "inventory"), "pass");
+    let detail = check(&report, "inventory")["detail"].as_str().unwrap();
+    for mac in &system.macs {
+        assert!(detail.contains(mac.as_str()), "{mac} missing: {detail}");
+    }
+    for step in ["boot-override", "power-off", "power-on", "power-cycle"] {
+        assert_eq!(status(&report, step), "skipped", "{step}");
+    }
+    assert!(stderr.contains("read-only run"), "{stderr}");
+    // Counted at the BMC: no power call, no boot override.
+    assert_eq!(changes(&proxy), Vec::<(String, String)>::new());
+    assert!(!proxy.log().is_empty(), "the run went through the proxy");
+
+    // The operator's entry point, hw-tests/run, with its read-only profile.
+    let dir = tempfile::tempdir().unwrap();
+    let pw = dir.path().join("password");
+    std::fs::write(&pw, sushy.opts.auth.clone().unwrap().1).unwrap();
+    let address = sushy.address(0);
+    let user = sushy.opts.auth.clone().unwrap().0;
+    let results = dir.path().join("results");
+    let out = tokio::task::spawn_blocking(move || {
+        Command::new(concat!(env!("CARGO_MANIFEST_DIR"), "/hw-tests/run"))
+            .arg("read-only")
+            .env("METALHERD_BIN", common::metalherd_bin())
+            .env("METALHERD_BMC_ADDRESS", address)
+            .env("METALHERD_BMC_USERNAME", user)
+            .env("METALHERD_BMC_PASSWORD_FILE", &pw)
+            .env("HW_TEST_RESULTS", &results)
+            .env_remove("METALHERD_CONFIG")
+            .output()
+            .unwrap()
+    })
+    .await
+    .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    assert!(stdout.contains("QUALIFIED"), "{stdout}");
+    assert!(stdout.contains("session-limit"), "{stdout}");
+    let reports: Vec<_> = std::fs::read_dir(dir.path().join("results"))
+        .unwrap()
+        .flatten()
+        .collect();
+    assert_eq!(reports.len(), 1, "one JSON report written");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn full_qualification_of_sushy_times_power_and_reads_the_override_back() {
+    let sushy = Sushy::start(SushyOptions::default());
+    let address = sushy.address(0);
+    let (user, pw) = sushy.opts.auth.clone().unwrap();
+    let (_, report, stderr) = tokio::task::spawn_blocking(move || {
+        hw_test(&address, &user, &pw, &["--allow-power-actions"])
+    })
+    .await
+    .unwrap();
+    for step in ["power-off", "power-on", "power-cycle"] {
+        let c = check(&report, step);
+        assert_ne!(c["status"], "fail", "{step}: {report:#}\n{stderr}");
+        assert!(c["seconds"].as_f64().is_some(), "{step} untimed: {c}");
+    }
+    let c = check(&report, "boot-override");
+    assert_ne!(c["status"], "fail", "{report:#}");
+    assert!(
+        c["detail"].as_str().unwrap().contains("Pxe"),
+        "the override read back names the target: {c}"
+    );
+    assert!(
+        stderr.contains("power-cycle"),
+        "progress on screen: {stderr}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bmc_that_keeps_a_one_time_override_is_named_and_gets_a_quirk() {
+    let sushy = Sushy::start(SushyOptions::default());
+    let proxy = BmcProxy::start(sushy.base()).await;
+    // sushy-tools itself keeps a one-time override (a built-in quirk entry
+    // knows it by name): disguised as another vendor, it is a BMC no entry
+    // covers. It also reports power On before the server runs.
+    proxy.add(Rule::new(
+        Some(reqwest::Method::GET),
+        "/redfish/v1",
+        Fault::Rewrite(vec![
+            ("Sushy".into(), "Acme".into()),
+            ("sushy".into(), "acme".into()),
+        ]),
+    ));
+    proxy.add(
+        Rule::new(
+            Some(reqwest::Method::POST),
+            "ComputerSystem.Reset",
+            Fault::PowerEarly { reads: 3 },
+        )
+        .times(1),
+    );
+    let address = format!(
+        "redfish+http://127.0.0.1:{}/redfish/v1/Systems/{}",
+        proxy.base().port().unwrap(),
+        sushy.opts.systems[0].uuid
+    );
+    let (user, pw) = sushy.opts.auth.clone().unwrap();
+    let (ok, report, stderr) = tokio::task::spawn_blocking(move || {
+        // sushy applies a power change up to 11 s after it acknowledged it.
+        let extra = ["--allow-power-actions", "--settle-window", "15"];
+        hw_test(&address, &user, &pw, &extra)
+    })
+    .await
+    .unwrap();
+    assert_eq!(
+        status(&report, "boot-override"),
+        "quirk",
+        "{report:#}\n{stderr}"
+    );
+    let findings = report["findings"].as_array().unwrap();
+    assert!(
+        findings
+            .iter()
+            .any(|f| f["quirk"] == "onceKeptAsContinuous" && f["coveredBy"].is_null()),
+        "{report:#}"
+    );
+    assert!(
+        findings.iter().any(|f| f["quirk"] == "powerSettleSeconds"),
+        "the early power report is named: {report:#}"
+    );
+    // The proposed entry is in the config file's format, and loads.
+    let proposed = &report["proposedQuirk"];
+    assert_eq!(proposed["onceKeptAsContinuous"], true, "{report:#}");
+    assert!(
+        proposed["powerSettleSeconds"].as_u64().is_some(),
+        "{report:#}"
+    );
+    assert_eq!(proposed["match"]["vendor"], "Acme", "{report:#}");
+    let yaml = serde_yaml::to_string(&serde_json::json!({"bmc": {"quirks": [proposed]}})).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("config.yaml");
+    std::fs::write(&config, &yaml).unwrap();
+    metalherd::config::ConfigFile::load(&config)
+        .unwrap_or_else(|e| panic!("proposed quirk does not load: {e}\n{yaml}"));
+    // Qualified with the quirk it proposes.
+    assert!(ok, "{report:#}");
+    assert_eq!(report["qualified"], true);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ipmi_sim_and_pyghmi_qualify_over_both_cipher_suites() {
+    let sim = IpmiSim::start();
+    let address = format!("ipmi://127.0.0.1:{}", sim.port);
+    let (ok, report, stderr) = tokio::task::spawn_blocking(move || {
+        hw_test(&address, USER, PASSWORD, &["--allow-power-actions"])
+    })
+    .await
+    .unwrap();
+    assert_eq!(report["protocol"], "ipmi");
+    assert_eq!(
+        status(&report, "login-suite-3"),
+        "pass",
+        "{report:#}\n{stderr}"
+    );
+    // ipmi_sim has no SHA-256 suite.
+    assert_ne!(status(&report, "login-suite-17"), "pass", "{report:#}");
+    assert_eq!(status(&report, "inventory"), "pass", "{report:#}");
+    for step in ["power-off", "power-on", "power-cycle"] {
+        assert_ne!(status(&report, step), "fail", "{step}: {report:#}");
+    }
+    assert!(
+        sim.chassis_log().contains("set boot pxe"),
+        "the override reached the emulator: {}",
+        sim.chassis_log()
+    );
+    let _ = ok;
+
+    let pyg = PyghmiBmc::start(true);
+    let address = format!("ipmi://127.0.0.1:{}", pyg.port);
+    let (_, report, stderr) =
+        tokio::task::spawn_blocking(move || hw_test(&address, USER, PASSWORD, &[]))
+            .await
+            .unwrap();
+    assert_eq!(
+        status(&report, "login-suite-17"),
+        "pass",
+        "{report:#}\n{stderr}"
+    );
+    assert_eq!(status(&report, "power-off"), "skipped");
+}
