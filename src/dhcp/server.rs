@@ -403,7 +403,6 @@ impl Handler<'_> {
             record_notice(self.recorder, n);
         }
         if let Some(w) = out.warning {
-            tracing::warn!(machine = %w.name, "{}", w.message);
             self.recorder
                 .warn(&w.namespace, &w.name, w.reason, &w.message);
         }

@@ -113,33 +113,3 @@ async fn warnings_become_events_at_most_once_a_minute_per_machine_and_reason() {
     assert_eq!((evs.len(), first.count), (3, 2), "{evs:?}");
     cancel.cancel();
 }
-
-#[tokio::test]
-async fn warnings_from_the_boot_services_become_events_on_the_machine() {
-    let dir = tempfile::tempdir().unwrap();
-    let store: Arc<dyn Store> = Arc::new(EmbeddedStore::open(&dir.path().join("s.redb")).unwrap());
-    let cancel = CancellationToken::new();
-    let rec = BootRecorder::spawn(store.clone(), cancel.clone());
-    rec.warn(
-        "default",
-        "m1",
-        "ReservationDeclined",
-        "a DECLINE named 10.0.0.7",
-    );
-    let mut evs = vec![];
-    for _ in 0..100 {
-        evs = crate::store::events::list_for(store.as_ref(), Kind::Machine, "default", "m1")
-            .await
-            .unwrap();
-        if !evs.is_empty() {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    assert_eq!(evs.len(), 1, "{evs:?}");
-    assert_eq!(
-        (evs[0].type_.as_str(), evs[0].reason.as_str()),
-        ("Warning", "ReservationDeclined")
-    );
-    cancel.cancel();
-}
