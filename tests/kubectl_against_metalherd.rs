@@ -556,3 +556,45 @@ fn kubectl_waits_on_the_condition_the_controller_sets() {
     );
     assert_eq!(reason, "Available", "{}", s.log());
 }
+
+#[test]
+fn kubectl_scales_a_machineset() {
+    require_recent_kubectl();
+    let s = Server::start();
+    let kc = kubeconfig(&s);
+    let set = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/deploy/examples/machineset.yaml"
+    );
+    ok(&kc, &["apply", "-f", set]);
+    // Through the /scale subresource discovery advertises.
+    let out = ok(&kc, &["scale", "machineset/workers", "--replicas", "5"]);
+    assert!(
+        out.contains("machineset.metalherd.dev/workers scaled"),
+        "{out}"
+    );
+    let replicas = ok(
+        &kc,
+        &["get", "ms", "workers", "-o", "jsonpath={.spec.replicas}"],
+    );
+    assert_eq!(replicas.trim(), "5");
+    // A precondition on the current size that no longer holds is refused.
+    let (done, _, err) = kubectl(
+        &kc,
+        &[
+            "scale",
+            "machineset/workers",
+            "--current-replicas",
+            "3",
+            "--replicas",
+            "1",
+        ],
+    );
+    assert!(!done, "scaled from a stale size");
+    assert!(err.contains("3"), "{err}");
+    let replicas = ok(
+        &kc,
+        &["get", "ms", "workers", "-o", "jsonpath={.spec.replicas}"],
+    );
+    assert_eq!(replicas.trim(), "5");
+}
