@@ -19,40 +19,75 @@ use metalherd::store::events::list_for;
 #[tokio::test]
 async fn ranges_return_exactly_the_requested_bytes() {
     let s = start().await;
-    let data: Vec<u8> = (0..300_000u32).map(|i| (i * 7 + i / 251) as u8).collect();
-    std::fs::write(s.assets.join("ipxe.efi"), &data).unwrap();
+    // Streamed from disk (over 256 KiB), and from memory (small assets).
+    for len in [300_000usize, 70_000] {
+        ranges_of(&s, len).await;
+    }
+    // A small asset rewritten on disk is served anew, not from memory.
+    let u = format!("{}/assets/small.ipxe", s.url);
+    std::fs::write(s.assets.join("small.ipxe"), b"#!ipxe\nboot one\n").unwrap();
     let c = client();
-    let u = format!("{}/assets/ipxe.efi", s.url);
+    let first = c.get(&u).send().await.unwrap().text().await.unwrap();
+    assert_eq!(first, "#!ipxe\nboot one\n");
+    std::fs::write(s.assets.join("small.ipxe"), b"#!ipxe\nboot the other\n").unwrap();
+    let second = c.get(&u).send().await.unwrap().text().await.unwrap();
+    assert_eq!(second, "#!ipxe\nboot the other\n");
+    for bad in [
+        "../s.redb",
+        "%2e%2e/s.redb",
+        "..%2fs.redb",
+        "missing.bin",
+        ".hidden",
+    ] {
+        let r = c
+            .get(format!("{}/assets/{bad}", s.url))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 404, "{bad}");
+    }
+}
+
+async fn ranges_of(s: &common::boot_server::Server, len: usize) {
+    let data: Vec<u8> = (0..len as u32).map(|i| (i * 7 + i / 251) as u8).collect();
+    let name = format!("ipxe-{len}.efi");
+    std::fs::write(s.assets.join(&name), &data).unwrap();
+    let c = client();
+    let u = format!("{}/assets/{name}", s.url);
 
     let full = c.get(&u).send().await.unwrap();
     assert_eq!(full.status(), 200);
     let etag = full.headers()["etag"].to_str().unwrap().to_string();
     assert_eq!(full.bytes().await.unwrap().as_ref(), &data[..]);
 
+    let mid = len / 2;
     for (range, lo, hi) in [
-        ("bytes=0-0", 0usize, 0usize),
-        ("bytes=100-1099", 100, 1099),
-        ("bytes=299990-", 299_990, 299_999),
-        ("bytes=-10", 299_990, 299_999),
-        ("bytes=131070-262150", 131_070, 262_150),
-        ("bytes=299000-999999", 299_000, 299_999),
+        ("bytes=0-0".to_string(), 0usize, 0usize),
+        ("bytes=100-1099".to_string(), 100, 1099),
+        (format!("bytes={}-", len - 10), len - 10, len - 1),
+        ("bytes=-10".to_string(), len - 10, len - 1),
+        (format!("bytes={}-{}", mid - 5, mid + 5), mid - 5, mid + 5),
+        (format!("bytes={}-999999", len - 1000), len - 1000, len - 1),
     ] {
-        let r = c.get(&u).header("range", range).send().await.unwrap();
-        assert_eq!(r.status(), 206, "{range}");
+        let r = c.get(&u).header("range", &range).send().await.unwrap();
+        assert_eq!(r.status(), 206, "{len}: {range}");
         assert_eq!(
             r.headers()["content-range"].to_str().unwrap(),
-            format!("bytes {lo}-{hi}/300000")
+            format!("bytes {lo}-{hi}/{len}")
         );
         assert_eq!(r.bytes().await.unwrap().as_ref(), &data[lo..=hi], "{range}");
     }
     let r = c
         .get(&u)
-        .header("range", "bytes=300000-")
+        .header("range", format!("bytes={len}-"))
         .send()
         .await
         .unwrap();
     assert_eq!(r.status(), 416);
-    assert_eq!(r.headers()["content-range"], "bytes */300000");
+    assert_eq!(
+        r.headers()["content-range"],
+        format!("bytes */{len}").as_str()
+    );
     // Several ranges: the whole body (allowed by RFC 9110).
     let r = c
         .get(&u)
@@ -80,16 +115,8 @@ async fn ranges_return_exactly_the_requested_bytes() {
     assert_eq!(r.status(), 304);
     let r = c.head(&u).send().await.unwrap();
     assert_eq!(r.status(), 200);
-    assert_eq!(r.headers()["content-length"], "300000");
+    assert_eq!(r.headers()["content-length"], len.to_string().as_str());
     assert_eq!(r.headers()["accept-ranges"], "bytes");
-    for bad in ["../s.redb", "%2e%2e/s.redb", "..%2fs.redb", "missing.bin"] {
-        let r = c
-            .get(format!("{}/assets/{bad}", s.url))
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(r.status(), 404, "{bad}");
-    }
 }
 
 #[tokio::test]

@@ -15,4 +15,6 @@ pub mod checksums;
 pub mod source;
 
 pub use cache::{CacheError, ImageCache};
-pub use source::{DirSource, FileHandle, FileSource, MemorySource, Overlay, SourceError, sanitize};
+pub use source::{
+    DirSource, FileHandle, FileSource, MemorySource, Opened, Overlay, SourceError, sanitize,
+};

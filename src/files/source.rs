@@ -163,6 +163,20 @@ impl DirSource {
         &self.root
     }
 
+    /// Open `name` after the same checks as [`FileSource::open`], whole:
+    /// a small file's contents from the memory cache (read and kept on
+    /// first use, as for TFTP), a larger one as an open file to seek in
+    /// (HTTP Range requests), each with the opened file's metadata.
+    pub async fn open_whole(&self, name: &str) -> Result<(Opened, std::fs::Metadata), SourceError> {
+        sanitize(name)?;
+        let root = self.root.clone();
+        let name = name.to_string();
+        let cache = self.cache.clone();
+        tokio::task::spawn_blocking(move || open_cached(&root, &name, &cache))
+            .await
+            .map_err(|e| SourceError::Io(std::io::Error::other(e)))?
+    }
+
     /// Open `name` after the same checks as [`FileSource::open`], without
     /// the memory cache: for servers that seek (HTTP Range requests).
     /// Only regular files open.
@@ -221,34 +235,39 @@ fn open_regular(path: &Path) -> Result<(std::fs::File, std::fs::Metadata), Sourc
 }
 
 /// What an open finds: a file to read in chunks, or contents in memory.
-enum Opened {
-    Disk(std::fs::File, u64),
+pub enum Opened {
+    Disk(std::fs::File),
     Memory(Bytes),
 }
 
 /// Open `name` under `root` (blocking), answering from `cache` when the
 /// file is small and unchanged, and filling it when it is small and new.
-fn open_cached(root: &Path, name: &str, cache: &Mutex<Cache>) -> Result<Opened, SourceError> {
+/// The metadata is the opened file's.
+fn open_cached(
+    root: &Path,
+    name: &str,
+    cache: &Mutex<Cache>,
+) -> Result<(Opened, std::fs::Metadata), SourceError> {
     let path = resolve(root, name)?;
     let (mut file, meta) = open_regular(&path)?;
     let id = FileId::of(&meta);
     let max_file = match cache.lock() {
         Ok(c) => {
             if let Some(hit) = c.files.get(&path).filter(|h| h.id == id) {
-                return Ok(Opened::Memory(hit.data.clone()));
+                return Ok((Opened::Memory(hit.data.clone()), meta));
             }
             c.max_file
         }
         Err(_) => 0,
     };
     if id.len > max_file {
-        return Ok(Opened::Disk(file, id.len));
+        return Ok((Opened::Disk(file), meta));
     }
     let mut data = Vec::with_capacity(id.len as usize);
     file.read_to_end(&mut data).map_err(SourceError::Io)?;
     if data.len() as u64 != id.len {
         // Changed while being read: serve what was read, keep nothing.
-        return Ok(Opened::Memory(data.into()));
+        return Ok((Opened::Memory(data.into()), meta));
     }
     let data = Bytes::from(data);
     if let Ok(mut c) = cache.lock() {
@@ -270,7 +289,7 @@ fn open_cached(root: &Path, name: &str, cache: &Mutex<Cache>) -> Result<Opened, 
             },
         );
     }
-    Ok(Opened::Memory(data))
+    Ok((Opened::Memory(data), meta))
 }
 
 #[async_trait]
@@ -281,7 +300,7 @@ impl FileSource for DirSource {
         let root = self.root.clone();
         let name = name.to_string();
         let cache = self.cache.clone();
-        let opened = tokio::task::spawn_blocking(move || open_cached(&root, &name, &cache))
+        let (opened, meta) = tokio::task::spawn_blocking(move || open_cached(&root, &name, &cache))
             .await
             .map_err(|e| SourceError::Io(std::io::Error::other(e)))??;
         Ok(match opened {
@@ -289,9 +308,9 @@ impl FileSource for DirSource {
                 data,
                 last: Bytes::new(),
             }),
-            Opened::Disk(file, size) => Box::new(DirFile {
+            Opened::Disk(file) => Box::new(DirFile {
                 file: Some(file),
-                size,
+                size: meta.len(),
                 buf: Vec::new(),
                 pos: 0,
                 eof: false,

@@ -14,11 +14,11 @@ use axum::response::Response;
 use http::{HeaderMap, Method, StatusCode};
 
 use super::metrics::{Endpoint, ErrorReason};
-use super::send_file::{self, FileError, OnDone};
+use super::send_file::{self, FileError, OnDone, Source};
 use super::{BootState, Params, reply};
 use crate::api::BootStep;
 use crate::directory::{BootIntent, MachineEntry};
-use crate::files::SourceError;
+use crate::files::{Opened, SourceError};
 
 fn machine_for(st: &BootState, q: Option<&str>, peer: SocketAddr) -> Option<Arc<MachineEntry>> {
     let p = Params::parse(q.unwrap_or_default());
@@ -89,11 +89,13 @@ pub async fn asset(
     headers: HeaderMap,
 ) -> Response {
     let opened = match st.assets() {
-        Some(src) => src.open_file(&rel).await,
+        Some(src) => src.open_whole(&rel).await,
         None => Err(SourceError::NotFound),
     };
     let file = match opened {
-        Ok((f, _)) => tokio::fs::File::from_std(f),
+        // Small files come from memory and go out in one piece.
+        Ok((Opened::Memory(data), meta)) => Source::Memory(data, meta),
+        Ok((Opened::Disk(f), _)) => Source::File(tokio::fs::File::from_std(f)),
         Err(SourceError::Io(e)) => {
             let r = file_error(&st, FileError::Io(e));
             st.metrics.request(Endpoint::asset, r.status());
@@ -158,7 +160,7 @@ pub async fn image(
         }
     };
     let r = match send_file::serve(
-        file,
+        Source::File(file),
         &method,
         &headers,
         Some(etag),

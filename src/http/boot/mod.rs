@@ -56,6 +56,10 @@ pub struct BootDeps {
     pub metrics: BootMetrics,
 }
 
+/// Assets up to this size are served from memory (kept while unchanged on
+/// disk); larger ones, images and kernels, stream from disk.
+const ASSET_CACHE_FILE_MAX: u64 = 256 << 10;
+
 /// Shared state of every boot request.
 pub struct BootState {
     pub settings: BootSettings,
@@ -115,7 +119,7 @@ impl BootState {
     pub fn assets(&self) -> Option<Arc<DirSource>> {
         let mut slot = self.assets.lock().ok()?;
         if slot.is_none() {
-            *slot = DirSource::with_cache_limit(&self.settings.assets_dir, 0)
+            *slot = DirSource::with_cache_limit(&self.settings.assets_dir, ASSET_CACHE_FILE_MAX)
                 .ok()
                 .map(Arc::new);
         }

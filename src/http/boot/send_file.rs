@@ -49,18 +49,30 @@ pub struct Served {
     pub status: StatusCode,
 }
 
-/// Send `file` for a GET or HEAD. `etag` overrides the size/mtime ETag
+/// Where a body's bytes come from.
+pub enum Source {
+    /// An open file, streamed in chunks.
+    File(tokio::fs::File),
+    /// The whole contents, already in memory (small files from the shared
+    /// file source's cache), with the metadata they were read at.
+    Memory(Bytes, std::fs::Metadata),
+}
+
+/// Send a file for a GET or HEAD. `etag` overrides the size/mtime ETag
 /// (content-addressed images use their digest). `on_done` fires when a
 /// body finishes or is dropped early; it is not called for HEAD, 304 or 416.
 pub async fn serve(
-    mut file: tokio::fs::File,
+    source: Source,
     method: &Method,
     headers: &HeaderMap,
     etag: Option<String>,
     content_type: &'static str,
     on_done: Option<OnDone>,
 ) -> Result<Served, FileError> {
-    let meta = file.metadata().await?;
+    let (meta, source) = match source {
+        Source::File(f) => (f.metadata().await?, Source::File(f)),
+        Source::Memory(data, meta) => (meta.clone(), Source::Memory(data, meta)),
+    };
     if !meta.is_file() {
         return Err(FileError::NotFound);
     }
@@ -111,30 +123,49 @@ pub async fn serve(
             status,
         });
     }
-    if start > 0 {
-        file.seek(std::io::SeekFrom::Start(start)).await?;
-    }
-    let stream = Tracked {
-        inner: ReaderStream::with_capacity(file.take(count), CHUNK),
-        sent: 0,
-        expected: count,
-        on_done,
+    let body = match source {
+        Source::File(mut file) => {
+            if start > 0 {
+                file.seek(std::io::SeekFrom::Start(start)).await?;
+            }
+            let chunks = ReaderStream::with_capacity(file.take(count), CHUNK);
+            Body::from_stream(Tracked::new(chunks, count, on_done))
+        }
+        Source::Memory(data, _) => {
+            // The file may have changed since its metadata was read: send
+            // what there is and let a short body end as incomplete.
+            let from = usize::try_from(start).unwrap_or(usize::MAX).min(data.len());
+            let to = usize::try_from(start + count)
+                .unwrap_or(usize::MAX)
+                .min(data.len());
+            let chunk = futures::stream::iter([Ok(data.slice(from..to))]);
+            Body::from_stream(Tracked::new(chunk, count, on_done))
+        }
     };
     Ok(Served {
-        response: (status, out, Body::from_stream(stream)).into_response(),
+        response: (status, out, body).into_response(),
         status,
     })
 }
 
 /// A body stream that reports its end (or its early drop) once.
-struct Tracked {
-    inner: ReaderStream<tokio::io::Take<tokio::fs::File>>,
+struct Tracked<S> {
+    inner: S,
     sent: u64,
     expected: u64,
     on_done: Option<OnDone>,
 }
 
-impl Tracked {
+impl<S> Tracked<S> {
+    fn new(inner: S, expected: u64, on_done: Option<OnDone>) -> Tracked<S> {
+        Tracked {
+            inner,
+            sent: 0,
+            expected,
+            on_done,
+        }
+    }
+
     fn finish(&mut self, complete: bool) {
         if let Some(f) = self.on_done.take() {
             f(self.sent, complete);
@@ -142,7 +173,7 @@ impl Tracked {
     }
 }
 
-impl Stream for Tracked {
+impl<S: Stream<Item = std::io::Result<Bytes>> + Unpin> Stream for Tracked<S> {
     type Item = std::io::Result<Bytes>;
 
     fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
@@ -179,7 +210,7 @@ impl Stream for Tracked {
     }
 }
 
-impl Drop for Tracked {
+impl<S> Drop for Tracked<S> {
     fn drop(&mut self) {
         self.finish(false);
     }
