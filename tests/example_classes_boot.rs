@@ -12,21 +12,16 @@
 mod common;
 
 use std::collections::{BTreeMap, HashMap};
-use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
 use common::bootlab;
 use metalherd::api::validate::validate;
 use metalherd::api::{Kind, MachineClass};
-use metalherd::directory::{BootRecorder, Directory};
-use metalherd::http::boot::config::BootConfig;
-use metalherd::http::boot::{self, BootDeps, BootMetrics, BootState};
 use metalherd::store::embedded::EmbeddedStore;
 use metalherd::store::{Store, TypedStore};
 use serde_json::{Value, json};
 use sha2::Digest;
-use tokio_util::sync::CancellationToken;
 
 /// Every document of every example file, with its file name.
 fn example_docs() -> Vec<(String, Value)> {
@@ -135,40 +130,6 @@ fn checksum_file(list_url: &str, arts: &[(String, Vec<u8>)]) -> Vec<u8> {
     }
 }
 
-async fn boot_server(store: Arc<dyn Store>, data: &std::path::Path) -> (String, Directory) {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr: SocketAddr = listener.local_addr().unwrap();
-    let assets = data.join("assets");
-    std::fs::create_dir_all(&assets).unwrap();
-    let cfg = BootConfig {
-        listen: Some(addr.to_string()),
-        assets_dir: Some(assets),
-        wait_seconds: Some(5),
-        ..Default::default()
-    };
-    let settings = cfg.settings(data).unwrap();
-    let cancel = CancellationToken::new();
-    let directory = Directory::new();
-    tokio::spawn(directory.clone().run(store.clone(), cancel.clone()));
-    let state = Arc::new(
-        BootState::new(
-            settings,
-            BootDeps {
-                store: store.clone(),
-                directory: directory.clone(),
-                recorder: BootRecorder::spawn(store.clone(), cancel.clone()),
-                ignition: Arc::new(boot::ignition::MinimalIgnition),
-                leases: None,
-                metrics: BootMetrics::default(),
-            },
-        )
-        .unwrap(),
-    );
-    tokio::spawn(boot::serve(listener, state, cancel.clone()));
-    std::mem::forget(cancel);
-    (format!("http://{addr}"), directory)
-}
-
 #[tokio::test]
 async fn every_example_class_renders_its_install_script_through_the_image_cache() {
     let _ = rustls::crypto::ring::default_provider().install_default();
@@ -176,7 +137,8 @@ async fn every_example_class_renders_its_install_script_through_the_image_cache(
     let mirror = start_mirror(files.clone()).await;
     let dir = tempfile::tempdir().unwrap();
     let store: Arc<dyn Store> = Arc::new(EmbeddedStore::open(&dir.path().join("s.redb")).unwrap());
-    let (url, directory) = boot_server(store.clone(), &dir.path().join("data")).await;
+    let boot = common::boot_server::start_on(store.clone(), &dir.path().join("data")).await;
+    let (url, directory) = (boot.url.clone(), boot.directory.clone());
 
     let docs = example_docs();
     let classes: Vec<&Value> = docs

@@ -198,8 +198,15 @@ async fn a_bmc_that_keeps_a_one_time_override_is_named_and_gets_a_quirk() {
     );
     let (user, pw) = sushy.opts.auth.clone().unwrap();
     let (ok, report, stderr) = tokio::task::spawn_blocking(move || {
-        // sushy applies a power change up to 11 s after it acknowledged it.
-        let extra = ["--allow-power-actions", "--settle-window", "15"];
+        // sushy applies a power change 1–11 s after it acknowledged it: a
+        // watch that reads every 200 ms sees the state before it does.
+        let extra = [
+            "--allow-power-actions",
+            "--settle-window",
+            "15",
+            "--poll-ms",
+            "200",
+        ];
         hw_test(&address, &user, &pw, &extra)
     })
     .await

@@ -265,7 +265,20 @@ impl ApiClient {
         name: &str,
         patch: &Value,
     ) -> Result<Value, ClientError> {
-        let p = format!("{}/status", Self::path(kind, Some(ns), Some(name)));
+        self.patch_subresource(kind, ns, name, "status", patch)
+            .await
+    }
+
+    /// JSON merge patch of one object's subresource (`status`, `scale`).
+    async fn patch_subresource(
+        &self,
+        kind: Kind,
+        ns: &str,
+        name: &str,
+        subresource: &str,
+        patch: &Value,
+    ) -> Result<Value, ClientError> {
+        let p = format!("{}/{subresource}", Self::path(kind, Some(ns), Some(name)));
         self.send(
             Method::PATCH,
             &p,
@@ -289,14 +302,7 @@ impl ApiClient {
         name: &str,
         patch: &Value,
     ) -> Result<Value, ClientError> {
-        let p = format!("{}/scale", Self::path(kind, Some(ns), Some(name)));
-        self.send(
-            Method::PATCH,
-            &p,
-            Some(patch),
-            Some("application/merge-patch+json"),
-        )
-        .await
+        self.patch_subresource(kind, ns, name, "scale", patch).await
     }
 
     /// Delete one object; returns its last state (still present with a

@@ -54,6 +54,10 @@ pub struct HwTestArgs {
     /// Seconds a power action may take to show in the power state.
     #[arg(long, default_value_t = 300)]
     pub power_timeout: u64,
+    /// Milliseconds between power-state reads while waiting and watching
+    /// (smaller: finer timings, and short-lived states are not missed).
+    #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u64).range(100..=10_000))]
+    pub poll_ms: u64,
     /// Report format.
     #[arg(short = 'o', long, value_enum, default_value_t = Output::Table)]
     pub output: Output,
@@ -89,6 +93,7 @@ pub async fn run_cmd(args: HwTestArgs) -> anyhow::Result<()> {
         quirks: super::bmc::load_quirks(args.config.as_deref())?,
         timing: Timing {
             power_deadline: Duration::from_secs(args.power_timeout),
+            poll_interval: Duration::from_millis(args.poll_ms),
             ..Timing::default()
         },
         allow_power_actions: args.allow_power_actions,

@@ -19,7 +19,7 @@ pub struct Server {
     pub directory: Directory,
     pub key: TokenKey,
     pub assets: std::path::PathBuf,
-    _dir: tempfile::TempDir,
+    _dir: Option<tempfile::TempDir>,
     cancel: CancellationToken,
 }
 
@@ -29,12 +29,20 @@ impl Drop for Server {
     }
 }
 
+/// A boot server over a store of its own, in a temporary directory.
 pub async fn start() -> Server {
     let dir = tempfile::tempdir().unwrap();
-    let data = dir.path().join("data");
-    let assets = dir.path().join("assets");
-    std::fs::create_dir_all(&assets).unwrap();
     let store: Arc<dyn Store> = Arc::new(EmbeddedStore::open(&dir.path().join("s.redb")).unwrap());
+    let mut s = start_on(store, &dir.path().join("data")).await;
+    s._dir = Some(dir);
+    s
+}
+
+/// A boot server over `store` with `data` as its data directory (assets
+/// in `data/assets`); it stops when the returned value is dropped.
+pub async fn start_on(store: Arc<dyn Store>, data: &std::path::Path) -> Server {
+    let assets = data.join("assets");
+    std::fs::create_dir_all(&assets).unwrap();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr: SocketAddr = listener.local_addr().unwrap();
     let cfg = BootConfig {
@@ -43,7 +51,7 @@ pub async fn start() -> Server {
         wait_seconds: Some(5),
         ..Default::default()
     };
-    let settings = cfg.settings(&data).unwrap();
+    let settings = cfg.settings(data).unwrap();
     let cancel = CancellationToken::new();
     let directory = Directory::new();
     tokio::spawn(directory.clone().run(store.clone(), cancel.clone()));
@@ -69,7 +77,7 @@ pub async fn start() -> Server {
         directory,
         key,
         assets,
-        _dir: dir,
+        _dir: None,
         cancel,
     }
 }
