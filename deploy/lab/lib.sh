@@ -211,7 +211,7 @@ YAML
 apiVersion: v1
 kind: Secret
 metadata: {name: vm$i-bmc, namespace: default}
-stringData: {username: admin, password: password}
+stringData: {username: admin, password: "lab-bmc-7Qx2vN9k"}
 ---
 apiVersion: metalherd.dev/v1alpha1
 kind: Machine

@@ -288,6 +288,11 @@ impl Lab {
 
     /// The server's `/metrics` text.
     pub fn metrics(&self) -> String {
+        self.api_get("/metrics")
+    }
+
+    /// An authorized GET of the API (empty on failure).
+    pub fn api_get(&self, path: &str) -> String {
         let token = std::fs::read_to_string(self.run.join("data/api-token")).unwrap_or_default();
         let ca = self.run.join("data/ca.crt");
         let o = self.cmd_in_ns(
@@ -298,10 +303,62 @@ impl Lab {
                 &ca.to_string_lossy(),
                 "-H",
                 &format!("Authorization: Bearer {}", token.trim()),
-                "https://127.0.0.1:7080/metrics",
+                &format!("https://127.0.0.1:7080{path}"),
             ],
         );
         String::from_utf8_lossy(&o.stdout).into_owned()
+    }
+
+    /// Every secret value the lab declared (BMC passwords, the join token)
+    /// is absent from metalherd's logs, its metrics, every Event and every
+    /// Machine's status: where an operator or a log shipper could read it.
+    pub fn assert_no_secret_leaks(&self) {
+        let secrets: Value =
+            serde_json::from_str(&self.api_get("/api/v1/secrets")).expect("secret list");
+        let mut values = Vec::new();
+        for s in secrets["items"].as_array().expect("secret items") {
+            for (k, v) in s["data"].as_object().into_iter().flatten() {
+                if k == "username" {
+                    continue;
+                }
+                let raw = base64::Engine::decode(
+                    &base64::engine::general_purpose::STANDARD,
+                    v.as_str().unwrap_or_default(),
+                )
+                .expect("base64 secret data");
+                values.push(String::from_utf8_lossy(&raw).into_owned());
+            }
+        }
+        assert!(
+            values.len() >= 2,
+            "the lab declares a join token and BMC passwords: {values:?}"
+        );
+        let events = self.api_get("/api/v1/events");
+        assert!(events.contains("\"items\""), "no event list: {events}");
+        let machines: Value = serde_json::from_str(
+            &self.api_get("/apis/metalherd.dev/v1alpha1/machines"),
+        )
+        .expect("machine list");
+        let statuses: Vec<String> = machines["items"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|m| m["status"].to_string())
+            .collect();
+        let places = [
+            ("metalherd's log", self.metalherd_log()),
+            ("/metrics", self.metrics()),
+            ("Events", events),
+            ("Machine status", statuses.join("\n")),
+        ];
+        for v in &values {
+            for (place, text) in &places {
+                assert!(
+                    !text.contains(v.as_str()),
+                    "a secret value appears in {place}"
+                );
+            }
+        }
     }
 
     /// A metric's value (first sample whose line starts with `name`).
