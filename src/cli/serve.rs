@@ -33,9 +33,54 @@ pub struct ServeArgs {
     /// DHCP: batch or always (overrides dhcp.leaseSync.mode).
     #[arg(long, env = "METALHERD_DHCP_LEASE_SYNC", value_name = "MODE")]
     pub dhcp_lease_sync: Option<String>,
+    /// Where objects live: `embedded` (one file in the data directory) or
+    /// `kubernetes` (resources on a Kubernetes API server; nothing is kept
+    /// here).
+    #[arg(long, env = "METALHERD_STORE", value_enum, default_value_t = StoreBackend::Embedded)]
+    pub store: StoreBackend,
+    /// With `--store kubernetes`: the kubeconfig file to reach the API
+    /// server with (its current context); the Pod's in-cluster
+    /// configuration when absent.
+    #[arg(long, env = "METALHERD_KUBECONFIG", value_name = "FILE")]
+    pub kubeconfig: Option<std::path::PathBuf>,
+    /// With `--store kubernetes`: read and watch only this namespace
+    /// (a namespaced Role is then enough); all namespaces when absent.
+    #[arg(long, env = "METALHERD_WATCH_NAMESPACE", value_name = "NAMESPACE")]
+    pub watch_namespace: Option<String>,
+}
+
+/// The store backends `serve` can run on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum StoreBackend {
+    Embedded,
+    Kubernetes,
 }
 
 impl ServeArgs {
+    /// The store to open: the data directory's file, or the API server.
+    /// Kubernetes flags without `--store kubernetes` are a mistake worth
+    /// stopping on.
+    pub fn store_config(
+        &self,
+        data_dir: &std::path::Path,
+    ) -> Result<crate::store::StoreConfig, String> {
+        use crate::store::StoreConfig;
+        match self.store {
+            StoreBackend::Embedded => {
+                if self.kubeconfig.is_some() || self.watch_namespace.is_some() {
+                    return Err("--kubeconfig and --watch-namespace need --store kubernetes".into());
+                }
+                Ok(StoreConfig::Embedded {
+                    path: data_dir.join(crate::datadir::STORE_FILE),
+                })
+            }
+            StoreBackend::Kubernetes => Ok(StoreConfig::Kubernetes {
+                kubeconfig: self.kubeconfig.clone(),
+                namespace: self.watch_namespace.clone(),
+            }),
+        }
+    }
+
     /// The DHCP flags, to lay over the config file's `dhcp:` section.
     pub fn dhcp_flags(&self) -> crate::dhcp::flags::DhcpFlags {
         crate::dhcp::flags::DhcpFlags {

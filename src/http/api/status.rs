@@ -123,6 +123,9 @@ impl From<StoreError> for ApiError {
                 details: Some(json!({"causes": errs.0.iter().map(cause).collect::<Vec<_>>()})),
             },
             StoreError::Gone { .. } => ApiError::new(StatusCode::GONE, "Expired", e.to_string()),
+            StoreError::Forbidden { .. } => {
+                ApiError::new(StatusCode::FORBIDDEN, "Forbidden", e.to_string())
+            }
             StoreError::Malformed(_) | StoreError::BadResourceVersion(_) => {
                 ApiError::bad_request(e.to_string())
             }
