@@ -46,3 +46,36 @@ mod kubernetes {
     }
     all_tests!(open);
 }
+
+/// `serve --store kubernetes` stops at start, naming the cause, when the
+/// API server does not answer; nothing else starts.
+#[test]
+fn serve_in_kubernetes_mode_fails_fast_without_an_api_server() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = common::free_port();
+    let kc = dir.path().join("kubeconfig");
+    std::fs::write(
+        &kc,
+        format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster:\n    server: https://127.0.0.1:{port}\n    insecure-skip-tls-verify: true\nusers:\n- name: u\n  user:\n    token: t\ncontexts:\n- name: x\n  context:\n    cluster: c\n    user: u\ncurrent-context: x\n"
+        ),
+    )
+    .unwrap();
+    let out = std::process::Command::new(common::metalherd_bin())
+        .args(["serve", "--store", "kubernetes", "--kubeconfig"])
+        .arg(&kc)
+        .args(["--listen", &format!("127.0.0.1:{}", common::free_port())])
+        .arg("--data-dir")
+        .arg(dir.path().join("data"))
+        .output()
+        .unwrap();
+    let (_, stderr) = text(&out);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains(&format!(
+            "cannot open the Kubernetes store: store backend: the Kubernetes API server at https://127.0.0.1:{port}/ does not answer: list machines"
+        )),
+        "{stderr}"
+    );
+    assert!(!dir.path().join("data/metalherd.redb").exists());
+}

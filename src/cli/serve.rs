@@ -91,3 +91,46 @@ impl ServeArgs {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::*;
+    use crate::store::StoreConfig;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        serve: ServeArgs,
+    }
+
+    fn config(args: &[&str]) -> Result<StoreConfig, String> {
+        let cli = Cli::try_parse_from(std::iter::once("serve").chain(args.iter().copied()))
+            .map_err(|e| e.to_string())?;
+        cli.serve.store_config(std::path::Path::new("/data"))
+    }
+
+    #[test]
+    fn the_store_flags_pick_the_backend() {
+        assert!(matches!(
+            config(&[]),
+            Ok(StoreConfig::Embedded { path }) if path == std::path::Path::new("/data/metalherd.redb")
+        ));
+        assert!(matches!(
+            config(&["--store", "kubernetes", "--kubeconfig", "/k", "--watch-namespace", "lab"]),
+            Ok(StoreConfig::Kubernetes { kubeconfig: Some(k), namespace: Some(n) })
+                if k == std::path::Path::new("/k") && n == "lab"
+        ));
+        assert!(matches!(
+            config(&["--store", "kubernetes"]),
+            Ok(StoreConfig::Kubernetes {
+                kubeconfig: None,
+                namespace: None
+            })
+        ));
+        let e = config(&["--kubeconfig", "/k"]).unwrap_err();
+        assert!(e.contains("--store kubernetes"), "{e}");
+        assert!(config(&["--store", "etcd"]).is_err());
+    }
+}

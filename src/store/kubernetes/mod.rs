@@ -87,9 +87,33 @@ impl KubernetesStore {
                 ))
             })?,
         };
+        let url = config.cluster_url.clone();
         let client = Client::try_from(config)
             .map_err(|e| StoreError::Backend(format!("Kubernetes client: {e}")))?;
-        Ok(KubernetesStore::new(client, namespace))
+        let store = KubernetesStore::new(client, namespace);
+        match store.check().await {
+            Err(StoreError::Backend(e)) => Err(StoreError::Backend(format!(
+                "the Kubernetes API server at {url} does not answer: {e}"
+            ))),
+            r => r.map(|()| store),
+        }
+    }
+
+    /// Fail at start rather than in every reflector: the API server must
+    /// answer, take our credentials and serve the Machine CRD.
+    async fn check(&self) -> Result<(), StoreError> {
+        match self
+            .current_version(Kind::Machine, &ListOptions::default())
+            .await
+        {
+            Ok(_) => Ok(()),
+            Err(StoreError::NotFound { .. }) => Err(StoreError::Backend(format!(
+                "the API server does not serve {}.{}: install the CRDs (kubectl apply -f deploy/crds/)",
+                Kind::Machine.plural(),
+                crate::api::GROUP
+            ))),
+            Err(e) => Err(e),
+        }
     }
 
     /// The namespace a list or watch reads: the caller's, else ours.
@@ -174,7 +198,9 @@ fn prepare(kind: Kind, obj: &mut Value, ns: &str) -> Result<(), StoreError> {
     let meta = meta
         .as_object_mut()
         .ok_or_else(|| StoreError::Malformed("metadata must be an object".into()))?;
-    meta.insert("namespace".into(), ns.into());
+    if kind.namespaced() {
+        meta.insert("namespace".into(), ns.into());
+    }
     Ok(())
 }
 

@@ -9,11 +9,12 @@ use crate::api::{FieldError, Kind, ValidationErrors};
 use crate::store::StoreError;
 
 /// The collection path of `kind`: in `namespace`, or across all
-/// namespaces when `None`. Group and version come from
+/// namespaces when `None` (and always for a kind that is not
+/// [`Kind::namespaced`]). Group and version come from
 /// [`Kind::api_version`]: `v1` is the core group under `/api`, anything
-/// else (`group/version`) is under `/apis`. Every kind the store keeps is
-/// namespaced.
+/// else (`group/version`) is under `/apis`.
 pub fn collection_path(kind: Kind, namespace: Option<&str>) -> String {
+    let namespace = namespace.filter(|_| kind.namespaced());
     let api_version = kind.api_version();
     let prefix = if api_version.contains('/') {
         format!("/apis/{api_version}")

@@ -111,8 +111,21 @@ where
     S: Future<Output = ()> + Send + 'static,
     F: Future<Output = T>,
 {
+    run_in(None, scenario, client_side).await
+}
+
+/// [`run`] with the store's lists and watches kept to `namespace`.
+async fn run_in<T, S, F>(
+    namespace: Option<&str>,
+    scenario: impl FnOnce(ApiServer) -> S,
+    client_side: impl FnOnce(KubernetesStore) -> F,
+) -> T
+where
+    S: Future<Output = ()> + Send + 'static,
+    F: Future<Output = T>,
+{
     let (svc, handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
-    let store = KubernetesStore::new(Client::new(svc, "default"), None);
+    let store = KubernetesStore::new(Client::new(svc, "default"), namespace.map(str::to_string));
     let server = tokio::spawn(scenario(ApiServer(handle)));
     let out = tokio::time::timeout(Duration::from_secs(3600), client_side(store))
         .await
@@ -390,4 +403,50 @@ async fn delete_answers_map_to_marked_and_gone() {
     };
     assert_eq!(v["kind"], "Secret");
     assert_eq!(v["metadata"]["uid"], "u9");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_watch_namespace_keeps_lists_and_watches_in_it() {
+    const LAB: &str = "/apis/metalherd.dev/v1alpha1/namespaces/lab/machines";
+    let n = run_in(
+        Some("lab"),
+        |mut api| async move {
+            let (req, send) = api.expect("GET", LAB).await;
+            assert!(
+                query(&req).contains("labelSelector=rack%3Dr1"),
+                "{}",
+                query(&req)
+            );
+            reply(send, 200, list("3", vec![]));
+            // A watch from now: the version of a one-item list, then the watch.
+            let (req, send) = api.expect("GET", LAB).await;
+            assert!(query(&req).contains("limit=1"), "{}", query(&req));
+            reply(send, 200, list("4", vec![]));
+            let (req, send) = api.expect("GET", LAB).await;
+            let q = query(&req);
+            assert!(
+                q.contains("watch=true") && q.contains("resourceVersion=4"),
+                "{q}"
+            );
+            reply_events(
+                send,
+                &[json!({"type": "ADDED", "object": machine("5", None)})],
+            );
+        },
+        |store| async move {
+            let opts = ListOptions {
+                namespace: None,
+                selector: crate::store::Selector::parse("rack=r1").unwrap(),
+            };
+            let n = store.list(Kind::Machine, &opts).await.unwrap().items.len();
+            let mut w = store
+                .watch(Kind::Machine, &ListOptions::default(), None)
+                .await
+                .unwrap();
+            assert!(matches!(w.next().await, Some(Ok(WatchEvent::Added(_)))));
+            n
+        },
+    )
+    .await;
+    assert_eq!(n, 0);
 }
