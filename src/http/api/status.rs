@@ -169,5 +169,13 @@ mod tests {
         }
         .into();
         assert_eq!((c.code, c.reason), (StatusCode::CONFLICT, "Conflict"));
+        // The Kubernetes store's RBAC refusal passes through as a 403.
+        let f: ApiError = StoreError::Forbidden {
+            verb: "list",
+            resource: "machines in all namespaces".into(),
+            message: "no".into(),
+        }
+        .into();
+        assert_eq!((f.code, f.reason), (StatusCode::FORBIDDEN, "Forbidden"));
     }
 }

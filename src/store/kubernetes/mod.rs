@@ -19,6 +19,11 @@
 //! - `watch` from `None` starts at the current version: the backend lists
 //!   (one item) for that version first, since a Kubernetes watch without
 //!   one replays every object as `ADDED`.
+//! - `watch` from a version the server no longer keeps, or never gave, is
+//!   `Gone` or `BadResourceVersion` from the call when the server refuses
+//!   the request (the stand-in does), and the stream's first and last item
+//!   when it answers with an `ERROR` event instead (a kube-apiserver does
+//!   for `410`); [`crate::store::reflect`] lists again either way.
 //!
 //! The shared store suite runs against this backend from the integration
 //! test tests/store_kubernetes.rs, against a `metalherd serve` started as a

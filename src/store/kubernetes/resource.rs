@@ -100,10 +100,13 @@ impl Call<'_> {
                 requested: self.resource_version.unwrap_or_default().to_string(),
                 oldest: "unknown (the API server compacted it)".into(),
             },
-            (422, _) => StoreError::Invalid(invalid(s)),
-            (400, _) if self.verb == "watch" => StoreError::BadResourceVersion(
+            // A refused watch request can only be about its version (the
+            // selector was parsed here before): the stand-in answers 400,
+            // a kube-apiserver may call it Invalid.
+            (400 | 422, _) if self.verb == "watch" => StoreError::BadResourceVersion(
                 self.resource_version.unwrap_or_default().to_string(),
             ),
+            (422, _) => StoreError::Invalid(invalid(s)),
             (403, _) => StoreError::Forbidden {
                 verb: self.verb,
                 resource: self.resource(),
@@ -244,10 +247,12 @@ mod tests {
             call("watch").status_error(&s(410, "Expired")),
             StoreError::Gone { .. }
         ));
-        assert!(matches!(
-            call("watch").status_error(&s(400, "BadRequest")),
-            StoreError::BadResourceVersion(_)
-        ));
+        for (code, reason) in [(400, "BadRequest"), (422, "Invalid")] {
+            assert!(matches!(
+                call("watch").status_error(&s(code, reason)),
+                StoreError::BadResourceVersion(_)
+            ));
+        }
         assert!(matches!(
             call("get").status_error(&s(500, "InternalError")),
             StoreError::Backend(_)
