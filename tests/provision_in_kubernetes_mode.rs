@@ -18,7 +18,7 @@ mod common;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use common::rack::{controller_config, put_secret, tail, wait_phase};
+use common::rack::{controller_config, events, put_secret, tail, wait_phase};
 use common::server::{Server, text};
 use common::sim_rack::{SimRack, bmc_credentials};
 use serde_json::json;
@@ -130,6 +130,18 @@ async fn provision_in_kubernetes_mode() {
     .unwrap();
 
     assert_eq!(rack.machines[0].boots.load(Ordering::SeqCst), 1);
+    // The controller's Events went to the stand-in too (core/v1).
+    let rack_name = rack.machines[0].name.clone();
+    let (api, evs) = tokio::task::spawn_blocking(move || {
+        let evs = events(&api, &rack_name);
+        (api, evs)
+    })
+    .await
+    .unwrap();
+    assert!(
+        !evs.is_empty(),
+        "no Events about the Machine in the stand-in"
+    );
     assert_eq!(m["status"]["phase"], "Ready");
     // The boot path's steps were recorded through the Kubernetes store.
     assert!(
