@@ -73,7 +73,7 @@ fn serve_in_kubernetes_mode_fails_fast_without_an_api_server() {
     assert!(!out.status.success(), "{stderr}");
     assert!(
         stderr.contains(&format!(
-            "cannot open the Kubernetes store: store backend: the Kubernetes API server at https://127.0.0.1:{port}/ does not answer: list machines"
+            "cannot open the Kubernetes store: store backend: the Kubernetes API server at https://127.0.0.1:{port}/: list machines"
         )),
         "{stderr}"
     );

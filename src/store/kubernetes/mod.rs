@@ -98,7 +98,7 @@ impl KubernetesStore {
         let store = KubernetesStore::new(client, namespace);
         match store.check().await {
             Err(StoreError::Backend(e)) => Err(StoreError::Backend(format!(
-                "the Kubernetes API server at {url} does not answer: {e}"
+                "the Kubernetes API server at {url}: {e}"
             ))),
             r => r.map(|()| store),
         }

@@ -450,3 +450,28 @@ async fn a_watch_namespace_keeps_lists_and_watches_in_it() {
     .await;
     assert_eq!(n, 0);
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_cluster_without_the_crds_is_named_at_start() {
+    let e = run(
+        |mut api| async move {
+            let (_, send) = api.expect("GET", MACHINES).await;
+            reply(
+                send,
+                404,
+                status(
+                    404,
+                    "NotFound",
+                    "the server could not find the requested resource",
+                ),
+            );
+        },
+        |store| async move { store.check().await.unwrap_err() },
+    )
+    .await;
+    let text = e.to_string();
+    assert!(
+        text.contains("does not serve machines.metalherd.dev: install the CRDs"),
+        "{text}"
+    );
+}
