@@ -97,6 +97,19 @@ impl Kind {
         )
     }
 
+    /// Whether objects of the kind live in a namespace (every kind so far).
+    /// One arm per kind, so a new kind has to say.
+    pub fn namespaced(self) -> bool {
+        match self {
+            Kind::Machine
+            | Kind::MachineClass
+            | Kind::MachineSet
+            | Kind::Secret
+            | Kind::Event
+            | Kind::DiscoveredMachine => true,
+        }
+    }
+
     /// Whether the kind has a `/scale` subresource (`spec.replicas`,
     /// `status.replicas`, `status.selector`), as its CRD declares.
     pub fn has_scale(self) -> bool {
