@@ -3,7 +3,10 @@
 //! - legacy BIOS: SeaBIOS + QEMU's NIC ROM (iPXE): DHCP -> HTTP script ->
 //!   kernel + initrd;
 //! - UEFI: OVMF firmware DHCP -> TFTP ipxe.efi -> iPXE DHCP -> HTTP script
-//!   -> kernel + initrd.
+//!   -> kernel + initrd;
+//! - UEFI HTTP boot: OVMF's own HTTP boot (its PXE turned off, no TFTP
+//!   server at all): DHCP as `HTTPClient` -> HTTP ipxe.efi from the URL in
+//!   the answer -> iPXE as above.
 //!
 //! The test OS fetches its Ignition config with the per-boot token, calls
 //! home `installed` and prints a marker. The test asserts the marker, the
@@ -32,6 +35,8 @@ const MACHINE_IP: &str = "10.77.0.50";
 struct Outcome {
     to_ignition: Duration,
     steps: Vec<String>,
+    /// Boot HTTP served `/assets/ipxe.efi` (what UEFI HTTP boot fetches).
+    http_boot_fetch: bool,
 }
 
 async fn boot_once(fw: Firmware, ra: bool, mac: &str, os: &initramfs::TestOs) -> Outcome {
@@ -82,10 +87,7 @@ dhcp:
     - subnet: 10.77.0.0/24
       ranges: [{{start: 10.77.0.100, end: 10.77.0.150}}]
       router: {SERVER_IP}
-tftp:
-  listen: {SERVER_IP}:69
-  root: {assets}
-boot:
+{tftp}boot:
   listen: {SERVER_IP}:8080
   baseUrl: {base}
   assetsDir: {assets}
@@ -93,6 +95,15 @@ boot:
 ",
         br = lab.bridge,
         assets = assets.display(),
+        // UEFI HTTP boot needs no TFTP: none runs, so none can be used.
+        tftp = if fw == Firmware::UefiHttp {
+            String::new()
+        } else {
+            format!(
+                "tftp:\n  listen: {SERVER_IP}:69\n  root: {}\n",
+                assets.display()
+            )
+        },
     );
     if ra {
         config.push_str(&format!(
@@ -168,8 +179,34 @@ boot:
     let to_ignition = Duration::from_millis(
         (ign.time.as_millisecond() - vm.started_at.as_millisecond()).max(0) as u64,
     );
+    let log = std::fs::read_to_string(work.join("metalherd.log")).unwrap_or_default();
+    let http_boot_fetch = strip_ansi(&log)
+        .lines()
+        .any(|l| l.contains("/assets/ipxe.efi") && l.contains("status=200"));
     let _ = std::fs::remove_dir_all(&work);
-    Outcome { to_ignition, steps }
+    Outcome {
+        to_ignition,
+        steps,
+        http_boot_fetch,
+    }
+}
+
+/// The log without terminal colour sequences (`ESC [ ... letter`).
+fn strip_ansi(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    let mut chars = s.chars();
+    while let Some(c) = chars.next() {
+        if c == '\u{1b}' {
+            for c in chars.by_ref() {
+                if c.is_ascii_alphabetic() {
+                    break;
+                }
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
 }
 
 fn tail(s: &str, n: usize) -> String {
@@ -186,10 +223,21 @@ fn check_steps(fw: Firmware, steps: &[String]) {
         "Ignition",
         "Installed",
     ];
-    if fw == Firmware::Uefi {
-        // Firmware DHCP and the TFTP of ipxe.efi come first.
-        want.insert(0, "TFTP");
-        want.insert(0, "DHCPAck");
+    match fw {
+        Firmware::Uefi => {
+            // Firmware DHCP and the TFTP of ipxe.efi come first.
+            want.insert(0, "TFTP");
+            want.insert(0, "DHCPAck");
+        }
+        Firmware::UefiHttp => {
+            // Firmware DHCP, then ipxe.efi over HTTP: no TFTP step.
+            want.insert(0, "DHCPAck");
+            assert!(
+                !steps.iter().any(|s| s == "TFTP"),
+                "UEFI HTTP boot used TFTP: {steps:?}"
+            );
+        }
+        Firmware::Bios => {}
     }
     let mut it = steps.iter();
     for w in want {
@@ -228,4 +276,31 @@ fn legacy_bios_server_pxe_boots_and_installs() {
 #[test]
 fn uefi_server_pxe_boots_and_installs() {
     run(Firmware::Uefi, 0x02);
+}
+
+/// OVMF's own UEFI HTTP boot: the DHCP answer's URL (under `/assets/`)
+/// must be one boot HTTP serves, since there is no TFTP to fall back on.
+#[test]
+fn uefi_server_http_boots_without_tftp_and_installs() {
+    common::require_root();
+    common::require_tool("qemu-system-x86_64");
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let os = initramfs::build(dir.path());
+    let out = rt.block_on(boot_once(
+        Firmware::UefiHttp,
+        false,
+        "52:54:00:4d:48:03",
+        &os,
+    ));
+    check_steps(Firmware::UefiHttp, &out.steps);
+    assert!(
+        out.http_boot_fetch,
+        "the firmware never fetched /assets/ipxe.efi over HTTP"
+    );
+    println!(
+        "boot_qemu UefiHttp: power-on to Ignition fetch: {:.1} s; steps {:?}",
+        out.to_ignition.as_secs_f64(),
+        out.steps
+    );
 }
