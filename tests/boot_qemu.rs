@@ -39,7 +39,23 @@ struct Outcome {
     http_boot_fetch: bool,
 }
 
-async fn boot_once(fw: Firmware, ra: bool, mac: &str, os: &initramfs::TestOs) -> Outcome {
+/// Who hands out addresses on the boot network.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Dhcp {
+    /// metalherd's DHCP server, authoritative.
+    Metalherd,
+    /// A site DHCP server (dnsmasq, addresses only, on another host of the
+    /// bridge) and metalherd in proxyDHCP mode beside it.
+    ProxyBesideDnsmasq,
+}
+
+async fn boot_once(
+    fw: Firmware,
+    ra: bool,
+    dhcp: Dhcp,
+    mac: &str,
+    os: &initramfs::TestOs,
+) -> Outcome {
     // Kept for post-mortems when the test fails; removed when it passes.
     let work = tempfile::Builder::new()
         .prefix("mh-qemu")
@@ -81,13 +97,8 @@ async fn boot_once(fw: Firmware, ra: bool, mac: &str, os: &initramfs::TestOs) ->
   enabled: false
 dhcp:
   interface: {br}
-  mode: authoritative
   httpBootUrl: {base}
-  subnets:
-    - subnet: 10.77.0.0/24
-      ranges: [{{start: 10.77.0.100, end: 10.77.0.150}}]
-      router: {SERVER_IP}
-{tftp}boot:
+{mode}{tftp}boot:
   listen: {SERVER_IP}:8080
   baseUrl: {base}
   assetsDir: {assets}
@@ -95,6 +106,13 @@ dhcp:
 ",
         br = lab.bridge,
         assets = assets.display(),
+        mode = match dhcp {
+            Dhcp::Metalherd => format!(
+                "  mode: authoritative\n  subnets:\n    - subnet: 10.77.0.0/24\n      \
+                 ranges: [{{start: 10.77.0.100, end: 10.77.0.150}}]\n      router: {SERVER_IP}\n"
+            ),
+            Dhcp::ProxyBesideDnsmasq => "  mode: proxy\n".to_string(),
+        },
         // UEFI HTTP boot needs no TFTP: none runs, so none can be used.
         tftp = if fw == Firmware::UefiHttp {
             String::new()
@@ -130,6 +148,10 @@ dhcp:
         "metalherd did not start: {}",
         std::fs::read_to_string(work.join("metalherd.log")).unwrap_or_default()
     );
+
+    // The site's DHCP server: another host on the bridge, addresses only
+    // (the machine's own by reservation), no boot options.
+    let _site = (dhcp == Dhcp::ProxyBesideDnsmasq).then(|| site_dhcp(&lab, mac, &work));
 
     let mut vm = qemu::start_vm(&lab, fw, mac, &work);
     let done = vm.wait_serial_or_exit(INSTALL_DONE, Duration::from_secs(240));
@@ -189,6 +211,44 @@ dhcp:
         steps,
         http_boot_fetch,
     }
+}
+
+/// dnsmasq in a namespace of its own, joined to the lab's bridge by a veth
+/// pair, handing out addresses only. Returned guards stop it and remove
+/// the namespace (the veth goes with it).
+fn site_dhcp(
+    lab: &BridgeLab,
+    mac: &str,
+    work: &std::path::Path,
+) -> (ChildGuard, common::netns::Netns) {
+    let dnsmasq = common::require_tool("dnsmasq");
+    let site = common::netns::Netns::new("mhsite");
+    let (inner, outer) = (common::unique("vs"), common::unique("vl"));
+    lab.ns.exec(&[
+        "ip", "link", "add", &outer, "type", "veth", "peer", "name", &inner, "netns", &site.name,
+    ]);
+    lab.ns
+        .exec(&["ip", "link", "set", &outer, "master", &lab.bridge]);
+    lab.ns.exec(&["ip", "link", "set", &outer, "up"]);
+    site.exec(&["ip", "addr", "add", "10.77.0.2/24", "dev", &inner]);
+    site.exec(&["ip", "link", "set", &inner, "up"]);
+    site.exec(&["ip", "link", "set", "lo", "up"]);
+    let mut cmd = site.command(dnsmasq.to_str().unwrap());
+    cmd.args([
+        "--no-daemon",
+        "--conf-file=/dev/null",
+        "--port=0",
+        "--log-dhcp",
+        "--pid-file=",
+        &format!("--interface={inner}"),
+        "--bind-interfaces",
+        "--dhcp-range=10.77.0.100,10.77.0.150,255.255.255.0,1h",
+        &format!("--dhcp-host={mac},{MACHINE_IP}"),
+        &format!("--dhcp-option=3,{SERVER_IP}"),
+        &format!("--dhcp-leasefile={}", work.join("dnsmasq.leases").display()),
+    ]);
+    let guard = ChildGuard::spawn("dnsmasq", &mut cmd, &work.join("dnsmasq.log"));
+    (guard, site)
 }
 
 /// The log without terminal colour sequences (`ESC [ ... letter`).
@@ -255,9 +315,9 @@ fn run(fw: Firmware, mac_last: u8) {
     let dir = tempfile::tempdir().unwrap();
     let os = initramfs::build(dir.path());
     let mac = format!("52:54:00:4d:48:{mac_last:02x}");
-    let plain = rt.block_on(boot_once(fw, false, &mac, &os));
+    let plain = rt.block_on(boot_once(fw, false, Dhcp::Metalherd, &mac, &os));
     check_steps(fw, &plain.steps);
-    let with_ra = rt.block_on(boot_once(fw, true, &mac, &os));
+    let with_ra = rt.block_on(boot_once(fw, true, Dhcp::Metalherd, &mac, &os));
     check_steps(fw, &with_ra.steps);
     println!(
         "boot_qemu {fw:?}: power-on to Ignition fetch: {:.1} s without router advertisement, {:.1} s with (saved {:.1} s); steps {:?}",
@@ -290,6 +350,7 @@ fn uefi_server_http_boots_without_tftp_and_installs() {
     let out = rt.block_on(boot_once(
         Firmware::UefiHttp,
         false,
+        Dhcp::Metalherd,
         "52:54:00:4d:48:03",
         &os,
     ));
@@ -303,4 +364,49 @@ fn uefi_server_http_boots_without_tftp_and_installs() {
         out.to_ignition.as_secs_f64(),
         out.steps
     );
+}
+
+/// Proxy mode beside a site DHCP server: dnsmasq hands out the address,
+/// metalherd only the boot (ProxyDHCP offers on port 67 and 4011). Both
+/// firmware kinds install through it.
+fn run_proxy(fw: Firmware, mac_last: u8) {
+    common::require_root();
+    common::require_tool("qemu-system-x86_64");
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let os = initramfs::build(dir.path());
+    let mac = format!("52:54:00:4d:48:{mac_last:02x}");
+    let out = rt.block_on(boot_once(fw, false, Dhcp::ProxyBesideDnsmasq, &mac, &os));
+    check_proxy_steps(fw, &out.steps);
+    println!(
+        "boot_qemu {fw:?} in proxy mode beside dnsmasq: power-on to Ignition fetch: {:.1} s; steps {:?}",
+        out.to_ignition.as_secs_f64(),
+        out.steps
+    );
+}
+
+/// In proxy mode metalherd hands out no lease: its steps start with the
+/// boot file (TFTP for UEFI) or the script.
+fn check_proxy_steps(fw: Firmware, steps: &[String]) {
+    let mut want = vec!["Script", "Kernel", "Initrd", "Ignition", "Installed"];
+    if fw == Firmware::Uefi {
+        want.insert(0, "TFTP");
+    }
+    let mut it = steps.iter();
+    for w in want {
+        assert!(
+            it.any(|s| s == w),
+            "{fw:?} proxy: step {w} missing or out of order in {steps:?}"
+        );
+    }
+}
+
+#[test]
+fn legacy_bios_server_boots_through_proxy_dhcp_beside_a_site_dhcp_server() {
+    run_proxy(Firmware::Bios, 0x04);
+}
+
+#[test]
+fn uefi_server_boots_through_proxy_dhcp_beside_a_site_dhcp_server() {
+    run_proxy(Firmware::Uefi, 0x05);
 }
