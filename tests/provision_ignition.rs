@@ -1,7 +1,9 @@
-//! Story "provision it": every example MachineClass renders install and node
-//! Ignition configs that the upstream validator accepts, the configs are
-//! snapshotted, the join token stays inside the config only, and bad classes
-//! are refused with their field named.
+//! Story "provision it": every example MachineClass renders install, node
+//! and wipe Ignition configs that the upstream validator accepts, the
+//! configs are snapshotted, the join token stays inside the config only,
+//! the operation decides which partitions survive (an install keeps the
+//! class's preserved ones, a wipe none), and bad classes are refused with
+//! their field named.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod common;
@@ -52,6 +54,7 @@ fn every_example_renders_configs_ignition_validate_accepts() {
                 ctx(NodeConfigSource::Embed),
             ),
             ("node", Stage::Node, url_ctx()),
+            ("wipe", Stage::Wipe, url_ctx()),
         ] {
             let cfg = render(stage, &m, &class, &secrets(), &c)
                 .unwrap_or_else(|e| panic!("{name} {label}: {e}"));
@@ -113,9 +116,15 @@ fn rendered_scripts_parse_as_bash() {
     let bash = common::require_tool("bash");
     for (name, m, class) in examples() {
         let install = render(Stage::Install, &m, &class, &secrets(), &url_ctx()).unwrap();
-        for path in ["/etc/metalherd/install.sh", "/etc/metalherd/callhome.sh"] {
+        let wipe = render(Stage::Wipe, &m, &class, &secrets(), &url_ctx()).unwrap();
+        for (cfg, path) in [
+            (&install, "/etc/metalherd/install.sh"),
+            (&install, "/etc/metalherd/callhome.sh"),
+            (&wipe, "/etc/metalherd/wipe.sh"),
+            (&wipe, "/etc/metalherd/callhome.sh"),
+        ] {
             let mut f = tempfile::NamedTempFile::new().unwrap();
-            f.write_all(file(&install, path).as_bytes()).unwrap();
+            f.write_all(file(cfg, path).as_bytes()).unwrap();
             let out = std::process::Command::new(&bash)
                 .arg("-n")
                 .arg(f.path())
@@ -128,6 +137,68 @@ fn rendered_scripts_parse_as_bash() {
             );
         }
     }
+}
+
+/// The value of `key` in an environment file as metalherd writes it
+/// (`KEY="value"`).
+fn env_value(env: &str, key: &str) -> Option<String> {
+    env.lines()
+        .find_map(|l| l.strip_prefix(&format!("{key}=\"")))
+        .map(|v| v.trim_end_matches('"').to_string())
+}
+
+/// Cleaning is chosen per operation: an install (or reimage) keeps the
+/// partitions the class preserves; a wipe keeps none, whatever the class
+/// says, and says so in its config (the wiper reads it from there).
+#[test]
+fn the_operation_chooses_which_partitions_survive() {
+    let mut checked = 0;
+    for (name, m, class) in examples() {
+        let labels = class.spec.preserve_partitions.join(" ");
+        let install = render(Stage::Install, &m, &class, &secrets(), &url_ctx()).unwrap();
+        let env = file(&install, "/etc/metalherd/install.env");
+        assert_eq!(
+            env_value(&env, "PRESERVE_PARTLABELS").as_deref(),
+            Some(labels.as_str()),
+            "{name}: {env}"
+        );
+        let wipe = render(Stage::Wipe, &m, &class, &secrets(), &url_ctx()).unwrap();
+        let env = file(&wipe, "/etc/metalherd/wipe.env");
+        assert_eq!(
+            env_value(&env, "PRESERVE_PARTLABELS").as_deref(),
+            Some(""),
+            "{name}: {env}"
+        );
+        assert_eq!(
+            env_value(&env, "METALHERD_TOKEN").as_deref(),
+            Some(BOOT_TOKEN),
+            "{name}: the wiper calls home with this boot's token"
+        );
+        let script = file(&wipe, "/etc/metalherd/wipe.sh");
+        for piece in [
+            "sgdisk --zap-all \"$DEV\"",
+            "wipefs --all --force \"$DEV\"",
+            "callhome.sh wiped",
+            "select_disk",
+        ] {
+            assert!(script.contains(piece), "{name}: wipe.sh lacks {piece}");
+        }
+        let units: Vec<_> = wipe
+            .systemd
+            .iter()
+            .flat_map(|s| s.units.iter())
+            .map(|u| (u.name.clone(), u.enabled))
+            .collect();
+        assert_eq!(units, [("metalherd-wipe.service".to_string(), Some(true))]);
+        // Nothing of the node: no join token, no install.
+        let all = json(&wipe);
+        assert!(!all.contains(JOIN_TOKEN), "{name}");
+        assert!(!all.contains("install.sh"), "{name}");
+        if !labels.is_empty() {
+            checked += 1;
+        }
+    }
+    assert!(checked > 0, "no example class preserves a partition");
 }
 
 #[test]
@@ -177,7 +248,7 @@ fn readable(c: &Config) -> String {
 #[test]
 fn snapshots() {
     for (name, m, class) in examples() {
-        for stage in [Stage::Install, Stage::Node] {
+        for stage in [Stage::Install, Stage::Node, Stage::Wipe] {
             let cfg = render(stage, &m, &class, &secrets(), &url_ctx()).unwrap();
             insta::assert_snapshot!(format!("{name}-{}", stage.as_str()), readable(&cfg));
         }
@@ -400,6 +471,19 @@ fn cli_prints_configs_redacted_unless_asked() {
         assert!(text.contains(JOIN_TOKEN), "{stage}");
         common::ignition::validate(&text).unwrap_or_else(|e| panic!("{stage}: {e}"));
     }
+    let out = run(&["--stage", "wipe", "--show-secrets"], true);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(text.contains("metalherd-wipe.service"), "{text}");
+    assert!(
+        !text.contains(JOIN_TOKEN),
+        "the wipe config carries no join token"
+    );
+    common::ignition::validate(&text).unwrap_or_else(|e| panic!("wipe: {e}"));
     let out = run(&[], false);
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
