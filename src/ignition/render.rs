@@ -133,7 +133,7 @@ impl fmt::Debug for NodeConfigSource {
 #[derive(Clone, PartialEq, Eq)]
 pub struct RenderContext {
     /// `http(s)://host[:port]` of metalherd's boot HTTP service; call-home
-    /// goes to `POST {base}/callhome/{installed|failed|booted}?mac=..&token=..`.
+    /// goes to `POST {base}/callhome/{installed|failed|booted|wiped}?mac=..&token=..`.
     pub callhome_base: String,
     /// Per-boot token proving the caller is this boot of this machine.
     pub boot_token: String,

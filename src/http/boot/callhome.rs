@@ -186,6 +186,7 @@ mod tests {
             BootStep::from_callhome("installed"),
             Some(BootStep::Installed)
         );
+        assert_eq!(BootStep::from_callhome("wiped"), Some(BootStep::Wiped));
         assert_eq!(BootStep::from_callhome("nope"), None);
     }
 }

@@ -82,7 +82,7 @@ pub struct IgnitionContext {
     pub base_url: String,
     /// The node config URL (stage `node`) for this boot, token included.
     pub node_config_url: String,
-    /// `POST {callhome_base}/{installed|failed|booted}?mac=..&token=..`
+    /// `POST {callhome_base}/{installed|failed|booted|wiped}?mac=..&token=..`
     pub callhome_base: String,
     /// Query string (`mac=..&token=..`) call-homes must carry.
     pub callhome_query: String,
