@@ -66,3 +66,40 @@ fn the_operation_chooses_which_partitions_survive() {
     }
     assert!(checked > 0, "no example class preserves a partition");
 }
+
+/// The wiper picks the disk the installer wrote: the Machine's
+/// rootDeviceHints reach the wipe config as they reach the install config,
+/// checked the same way (a bad hint is refused with its field).
+#[test]
+fn the_wipe_config_names_the_disk_the_installer_wrote() {
+    for (name, mut m, class) in examples() {
+        let hints = m
+            .spec
+            .root_device_hints
+            .get_or_insert_with(Default::default);
+        hints.device_name = Some("/dev/disk/by-id/wwn-0x5000c500a1b2c3d4".into());
+        let wipe = render(Stage::Wipe, &m, &class, &secrets(), &url_ctx()).unwrap();
+        let install = render(Stage::Install, &m, &class, &secrets(), &url_ctx()).unwrap();
+        for (cfg, path) in [
+            (&wipe, "/etc/metalherd/wipe.env"),
+            (&install, "/etc/metalherd/install.env"),
+        ] {
+            let env = file(cfg, path);
+            assert_eq!(
+                env_value(&env, "HINT_DEVICE_NAME").as_deref(),
+                Some("/dev/disk/by-id/wwn-0x5000c500a1b2c3d4"),
+                "{name} {path}: {env}"
+            );
+        }
+        let mut bad = m.clone();
+        if let Some(h) = bad.spec.root_device_hints.as_mut() {
+            h.device_name = Some("sda; rm -rf /".into());
+        }
+        let e = render(Stage::Wipe, &bad, &class, &secrets(), &url_ctx()).unwrap_err();
+        assert_eq!(
+            e.field(),
+            Some("spec.rootDeviceHints.deviceName"),
+            "{name}: {e}"
+        );
+    }
+}
