@@ -2,8 +2,10 @@
 //! ranges return exactly the requested bytes, conditional requests work,
 //! the Ignition endpoint refuses a wrong token, a wrong address and a
 //! reused token (each with a Warning event, and one generic word to the
-//! client), call-homes close the boot, and malformed requests get a 400
-//! with a reason.
+//! client), call-homes close the boot, a deprovisioning boot gets the live
+//! OS with the wipe config and its `wiped` closes it (and the controller
+//! then powers off and lets the Machine go), and malformed requests get a
+//! 400 with a reason.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod common;
@@ -15,6 +17,9 @@ use common::bootlab;
 use metalherd::api::{Kind, Machine};
 use metalherd::store::TypedStore;
 use metalherd::store::events::list_for;
+
+#[path = "boot_http/deprovision.rs"]
+mod deprovision;
 
 #[tokio::test]
 async fn ranges_return_exactly_the_requested_bytes() {

@@ -20,11 +20,26 @@ pub static LAB_LOCK: Mutex<()> = Mutex::new(());
 /// its Machine and wait until it is Ready. Returns the guard (hold it for
 /// the whole test), the lab and the phases seen on the way.
 pub fn one_ready_vm() -> (MutexGuard<'static, ()>, Lab, Vec<String>) {
+    ready_vms(1, &[])
+}
+
+/// [`one_ready_vm`] with `n` VMs, declared with `env` (see
+/// [`Lab::declare`]), all waited for until Ready; the phases seen are vm1's.
+pub fn ready_vms(n: usize, env: &[(&str, &str)]) -> (MutexGuard<'static, ()>, Lab, Vec<String>) {
     let guard = LAB_LOCK.lock().unwrap_or_else(|e| e.into_inner());
-    let lab = Lab::up(1);
-    lab.declare(&[]);
+    let lab = Lab::up(n);
+    lab.declare(env);
     let mut seen = Vec::new();
     lab.wait_phase("vm1", "Ready", Duration::from_secs(900), &mut seen);
+    for i in 2..=n {
+        let mut others = Vec::new();
+        lab.wait_phase(
+            &format!("vm{i}"),
+            "Ready",
+            Duration::from_secs(900),
+            &mut others,
+        );
+    }
     (guard, lab, seen)
 }
 
@@ -188,6 +203,11 @@ impl Lab {
         s
     }
 
+    /// The disk image of VM `i` (raw; see `lab_disk` to read it).
+    pub fn disk(&self, i: usize) -> PathBuf {
+        self.run.join(format!("vm{i}.img"))
+    }
+
     pub fn console(&self, i: usize) -> String {
         let p = self.run.join(format!("{}-vm{i}.console", self.ns));
         String::from_utf8_lossy(&std::fs::read(p).unwrap_or_default()).into_owned()
@@ -278,7 +298,14 @@ impl Lab {
                     self.machine(name)
                         .map(|m| m.to_string())
                         .unwrap_or_default(),
-                    tail(&self.console(1), 3000),
+                    tail(
+                        &self.console(
+                            name.strip_prefix("vm")
+                                .and_then(|i| i.parse().ok())
+                                .unwrap_or(1)
+                        ),
+                        3000
+                    ),
                     tail(&self.metalherd_log(), 6000)
                 );
             }

@@ -12,6 +12,7 @@ pub mod ignition;
 pub mod initramfs;
 pub mod ipmi_emulators;
 pub mod lab;
+pub mod lab_disk;
 pub mod lan;
 pub mod manifests;
 pub mod netns;
