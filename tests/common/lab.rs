@@ -335,10 +335,9 @@ impl Lab {
         );
         let events = self.api_get("/api/v1/events");
         assert!(events.contains("\"items\""), "no event list: {events}");
-        let machines: Value = serde_json::from_str(
-            &self.api_get("/apis/metalherd.dev/v1alpha1/machines"),
-        )
-        .expect("machine list");
+        let machines: Value =
+            serde_json::from_str(&self.api_get("/apis/metalherd.dev/v1alpha1/machines"))
+                .expect("machine list");
         let statuses: Vec<String> = machines["items"]
             .as_array()
             .into_iter()
