@@ -15,9 +15,9 @@
 //!
 //! What is exported: Machines, MachineClasses, MachineSets,
 //! DiscoveredMachines, Secrets and, when asked, the Events about those
-//! objects. From a cluster only the Secrets of namespaces that hold
-//! metalherd objects are taken, without service-account tokens (the
-//! cluster mints those itself).
+//! objects. From a cluster ([`ExportOptions::cluster`]) only the Secrets
+//! of namespaces that hold metalherd objects are taken; service-account
+//! tokens never (the cluster mints those itself).
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -46,6 +46,9 @@ pub struct ExportOptions {
     pub events: bool,
     /// Export objects that are not settled too ([`unsettled`]).
     pub force: bool,
+    /// The source is a cluster, not a standalone store: Secrets only from
+    /// namespaces that hold metalherd objects.
+    pub cluster: bool,
 }
 
 /// (kind, namespace, name) -> (uid, resourceVersion): what two passes
@@ -79,11 +82,22 @@ async fn one_pass(store: &dyn Store, opts: ExportOptions) -> Result<Snapshot, Ba
         items.extend(list.items.into_iter().map(|o| (kind, o)));
     }
     let namespaces: BTreeSet<String> = items.iter().map(|(_, o)| key_of(o).0).collect();
-    for ns in &namespaces {
+    // A standalone store's Secrets are all metalherd's, in any namespace; a
+    // cluster's are taken only from the namespaces holding metalherd
+    // objects, without the service-account tokens the cluster mints.
+    let secret_scopes: Vec<ListOptions> = if opts.cluster {
+        namespaces
+            .iter()
+            .map(|ns| ListOptions::namespace(ns))
+            .collect()
+    } else {
+        vec![all.clone()]
+    };
+    for scope in &secret_scopes {
         let list = store
-            .list(Kind::Secret, &ListOptions::namespace(ns))
+            .list(Kind::Secret, scope)
             .await
-            .map_err(BackupError::store(format!("list secrets in {ns}")))?;
+            .map_err(BackupError::store("list secrets"))?;
         items.extend(
             list.items
                 .into_iter()
@@ -93,15 +107,6 @@ async fn one_pass(store: &dyn Store, opts: ExportOptions) -> Result<Snapshot, Ba
                 })
                 .map(|o| (Kind::Secret, o)),
         );
-    }
-    // A standalone store holds Secrets in namespaces without other objects
-    // too; they are metalherd's all the same.
-    if namespaces.is_empty() {
-        let list = store
-            .list(Kind::Secret, &all)
-            .await
-            .map_err(BackupError::store("list secrets"))?;
-        items.extend(list.items.into_iter().map(|o| (Kind::Secret, o)));
     }
     if opts.events {
         let about: BTreeSet<String> = items
@@ -224,6 +229,7 @@ mod tests {
             ExportOptions {
                 force: true,
                 events: false,
+                cluster: false,
             },
         )
         .await
@@ -231,6 +237,43 @@ mod tests {
         let kinds: Vec<Kind> = snap.items.iter().map(|(k, _)| *k).collect();
         assert_eq!(kinds, vec![Kind::Secret, Kind::Machine]);
         assert_eq!(snap.items[1].1["status"]["phase"], "Provisioning");
+    }
+
+    #[tokio::test]
+    async fn from_a_cluster_only_the_secrets_beside_metalherd_objects() {
+        let s = seeded().await;
+        for (ns, name, ty) in [
+            ("kube-system", "other-app", "Opaque"),
+            ("default", "sa-token", "kubernetes.io/service-account-token"),
+        ] {
+            s.create(
+                Kind::Secret,
+                json!({"metadata": {"name": name, "namespace": ns}, "type": ty, "data": {}}),
+            )
+            .await
+            .unwrap();
+        }
+        let names = |snap: &Snapshot| -> Vec<String> {
+            snap.items
+                .iter()
+                .filter(|(k, _)| *k == Kind::Secret)
+                .map(|(_, o)| key_of(o).1)
+                .collect()
+        };
+        let opts = ExportOptions {
+            force: true,
+            events: false,
+            cluster: true,
+        };
+        assert_eq!(names(&from_store(&s, opts).await.unwrap()), ["bmc"]);
+        let standalone = ExportOptions {
+            cluster: false,
+            ..opts
+        };
+        assert_eq!(
+            names(&from_store(&s, standalone).await.unwrap()),
+            ["bmc", "other-app"]
+        );
     }
 
     #[test]

@@ -249,6 +249,7 @@ mod tests {
             ExportOptions {
                 events: true,
                 force: false,
+                cluster: false,
             },
         )
         .await

@@ -90,6 +90,7 @@ pub async fn export(g: &GlobalArgs, a: ExportArgs) -> anyhow::Result<()> {
     let opts = ExportOptions {
         events: a.events,
         force: a.force,
+        cluster: a.kubeconfig.is_some(),
     };
     let snap = if a.stopped {
         let path = g.data_dir.join(crate::datadir::STORE_FILE);
