@@ -10,12 +10,16 @@
 //! `kubectl apply` in the stand-in goes to Ready: the controller there
 //! powers the server on through its BMC, the server fetches its iPXE script
 //! and Ignition from the Kubernetes-mode process and calls home, and every
-//! step lands in the stand-in's copy of the Machine.
+//! step lands in the stand-in's copy of the Machine. The writes to the
+//! Machine and its Events are counted by watches on the stand-in and
+//! printed (BENCHMARKS.md, "Writes per provisioned Machine in Kubernetes
+//! mode"); no bound is asserted yet.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod common;
 
-use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use common::rack::{controller_config, events, put_secret, tail, wait_phase};
@@ -92,6 +96,10 @@ async fn provision_in_kubernetes_mode() {
     let manifest = dir.path().join("machine.json");
     std::fs::write(&manifest, machine.to_string()).unwrap();
     let name = rack.machines[0].name.clone();
+    // Every write to the Machine and to its Events, as the stand-in's
+    // watches see them (each write is one change): the API calls Kubernetes
+    // mode costs per provisioned Machine.
+    let writes = count_writes(&kc, &name).await;
 
     let (api, kmode) = tokio::task::spawn_blocking(move || {
         let (user, pw) = bmc_credentials();
@@ -130,6 +138,10 @@ async fn provision_in_kubernetes_mode() {
     .unwrap();
 
     assert_eq!(rack.machines[0].boots.load(Ordering::SeqCst), 1);
+    let (machine_writes, event_writes) = writes.report();
+    eprintln!(
+        "writes through the API for one provisioned Machine: Machine {machine_writes}, Event {event_writes}"
+    );
     // The controller's Events went to the stand-in too (core/v1).
     let rack_name = rack.machines[0].name.clone();
     let (api, evs) = tokio::task::spawn_blocking(move || {
@@ -164,4 +176,62 @@ async fn provision_in_kubernetes_mode() {
     assert_eq!(out, "Ready");
     drop(kmode);
     drop(api);
+}
+
+/// Counts of writes seen by watches on the stand-in.
+struct Writes {
+    machine: Arc<AtomicUsize>,
+    event: Arc<AtomicUsize>,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl Writes {
+    /// (Machine writes, Event writes) so far; stops counting.
+    fn report(self) -> (usize, usize) {
+        for t in &self.tasks {
+            t.abort();
+        }
+        (
+            self.machine.load(Ordering::SeqCst),
+            self.event.load(Ordering::SeqCst),
+        )
+    }
+}
+
+async fn count_writes(kc: &std::path::Path, name: &str) -> Writes {
+    use futures::StreamExt;
+    use metalherd::api::Kind;
+    use metalherd::store::{ListOptions, StoreConfig};
+    let store = metalherd::store::open(&StoreConfig::Kubernetes {
+        kubeconfig: Some(kc.to_path_buf()),
+        namespace: None,
+    })
+    .await
+    .unwrap();
+    let mut tasks = Vec::new();
+    let mut counters = Vec::new();
+    for (kind, pointer) in [
+        (Kind::Machine, "/metadata/name"),
+        (Kind::Event, "/involvedObject/name"),
+    ] {
+        let n = Arc::new(AtomicUsize::new(0));
+        counters.push(n.clone());
+        let mut w = store
+            .watch(kind, &ListOptions::namespace("default"), None)
+            .await
+            .unwrap();
+        let name = name.to_string();
+        tasks.push(tokio::spawn(async move {
+            while let Some(Ok(ev)) = w.next().await {
+                if ev.object().pointer(pointer).and_then(|v| v.as_str()) == Some(name.as_str()) {
+                    n.fetch_add(1, Ordering::SeqCst);
+                }
+            }
+        }));
+    }
+    Writes {
+        machine: counters[0].clone(),
+        event: counters[1].clone(),
+        tasks,
+    }
 }

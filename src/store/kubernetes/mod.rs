@@ -78,13 +78,11 @@ impl KubernetesStore {
         crate::cluster::kube::install_crypto_provider();
         let config = match kubeconfig {
             Some(path) => {
-                let err = |e: &dyn std::fmt::Display| {
+                let kc = Kubeconfig::read_from(path).map_err(|e| {
                     StoreError::Backend(format!("kubeconfig {}: {e}", path.display()))
-                };
-                let kc = Kubeconfig::read_from(path).map_err(|e| err(&e))?;
-                kube::Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
-                    .await
-                    .map_err(|e| err(&e))?
+                })?;
+                return KubernetesStore::connect_with(kc, &path.display().to_string(), namespace)
+                    .await;
             }
             None => kube::Config::incluster().map_err(|e| {
                 StoreError::Backend(format!(
@@ -92,6 +90,29 @@ impl KubernetesStore {
                 ))
             })?,
         };
+        KubernetesStore::connect_config(config, namespace).await
+    }
+
+    /// Connect with a kubeconfig already read (`what` names where it came
+    /// from in errors): `metalherd export` and `import` reach a running
+    /// standalone server through the kubeconfig `metalherd kubeconfig`
+    /// renders, without a file.
+    pub async fn connect_with(
+        kc: Kubeconfig,
+        what: &str,
+        namespace: Option<String>,
+    ) -> Result<KubernetesStore, StoreError> {
+        crate::cluster::kube::install_crypto_provider();
+        let config = kube::Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
+            .await
+            .map_err(|e| StoreError::Backend(format!("kubeconfig {what}: {e}")))?;
+        KubernetesStore::connect_config(config, namespace).await
+    }
+
+    async fn connect_config(
+        config: kube::Config,
+        namespace: Option<String>,
+    ) -> Result<KubernetesStore, StoreError> {
         let url = config.cluster_url.clone();
         let client = Client::try_from(config)
             .map_err(|e| StoreError::Backend(format!("Kubernetes client: {e}")))?;
