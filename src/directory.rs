@@ -245,7 +245,9 @@ fn remove_key(idx: &mut Index, key: &(String, String)) {
 }
 
 /// Appends boot-history steps to Machines without making the caller wait:
-/// `record` never blocks (a full queue drops the step and counts it), and a
+/// `record` never blocks (a full queue drops the step and counts it;
+/// authenticated steps have a queue of their own, so a flood of requests
+/// anyone can make never drops a call-home), and a
 /// background task writes them with conflict retries. The task takes every
 /// step already queued at once and writes each machine's steps in one
 /// status update, several machines at a time, so a boot storm's history
@@ -258,6 +260,9 @@ fn remove_key(idx: &mut Index, key: &(String, String)) {
 #[derive(Clone)]
 pub struct BootRecorder {
     tx: mpsc::Sender<(String, String, BootEvent)>,
+    /// Authenticated steps ([`crate::api::BootStep::is_authenticated`]) wait here, so
+    /// a flood of unauthenticated ones filling `tx` cannot drop them.
+    auth_tx: mpsc::Sender<(String, String, BootEvent)>,
     warn_tx: mpsc::Sender<Warn>,
     /// When each (namespace, name, reason) was last warned about.
     warned: Arc<std::sync::Mutex<HashMap<WarnKey, tokio::time::Instant>>>,
@@ -287,6 +292,7 @@ impl BootRecorder {
     /// or `cancel` fires.
     pub fn spawn(store: Arc<dyn Store>, cancel: CancellationToken) -> BootRecorder {
         let (tx, mut rx) = mpsc::channel::<(String, String, BootEvent)>(4096);
+        let (auth_tx, mut auth_rx) = mpsc::channel::<(String, String, BootEvent)>(1024);
         let (warn_tx, mut warn_rx) = mpsc::channel::<Warn>(256);
         let (st, c) = (store.clone(), cancel.clone());
         tokio::spawn(async move {
@@ -318,8 +324,11 @@ impl BootRecorder {
         tokio::spawn(async move {
             use futures::StreamExt;
             loop {
+                // Authenticated steps first; either queue closing ends it.
                 let item = tokio::select! {
+                    biased;
                     _ = cancel.cancelled() => return,
+                    i = auth_rx.recv() => i,
                     i = rx.recv() => i,
                 };
                 let Some(first) = item else { return };
@@ -330,10 +339,15 @@ impl BootRecorder {
                     batch.entry((ns, name)).or_default().push(ev);
                     taken += 1;
                     next = if taken < RECORD_BATCH {
-                        rx.try_recv().ok()
+                        auth_rx.try_recv().or_else(|_| rx.try_recv()).ok()
                     } else {
                         None
                     };
+                }
+                // A machine's steps in the order they happened, whichever
+                // queue they came through.
+                for evs in batch.values_mut() {
+                    evs.sort_by_key(|e| e.time);
                 }
                 let store = store.as_ref();
                 futures::stream::iter(batch)
@@ -347,6 +361,7 @@ impl BootRecorder {
         });
         BootRecorder {
             tx,
+            auth_tx,
             warn_tx,
             warned: Arc::default(),
             dropped: Arc::default(),
@@ -356,9 +371,11 @@ impl BootRecorder {
     /// A recorder whose steps go nowhere (tests of protocol code).
     pub fn discard() -> BootRecorder {
         let (tx, _rx) = mpsc::channel(1);
+        let (auth_tx, _rx) = mpsc::channel(1);
         let (warn_tx, _rx) = mpsc::channel(1);
         BootRecorder {
             tx,
+            auth_tx,
             warn_tx,
             warned: Arc::default(),
             dropped: Arc::default(),
@@ -398,8 +415,12 @@ impl BootRecorder {
     }
 
     pub fn record(&self, namespace: &str, name: &str, ev: BootEvent) {
-        if self
-            .tx
+        let queue = if ev.step.is_authenticated() {
+            &self.auth_tx
+        } else {
+            &self.tx
+        };
+        if queue
             .try_send((namespace.to_string(), name.to_string(), ev))
             .is_err()
         {
@@ -443,14 +464,34 @@ pub async fn append_boot_events(
         let Some(mut m) = m else { return Ok(None) };
         let st = m.status.get_or_insert_with(Default::default);
         st.boot_history.extend(evs.iter().cloned());
-        let n = st.boot_history.len();
-        if n > BOOT_HISTORY_LIMIT {
-            st.boot_history.drain(..n - BOOT_HISTORY_LIMIT);
-        }
+        trim_history(&mut st.boot_history, BOOT_HISTORY_LIMIT);
         Ok(Some(m))
     })
     .await
     .map(|_| ())
+}
+
+/// Keep at most `limit` steps: the oldest unauthenticated ones go first,
+/// so requests anyone can make never push a boot's Ignition or call-home
+/// steps out; only when those alone are over the limit do the oldest of
+/// them go.
+pub fn trim_history(h: &mut Vec<BootEvent>, limit: usize) {
+    let mut excess = h.len().saturating_sub(limit);
+    if excess == 0 {
+        return;
+    }
+    h.retain(|e| {
+        if excess > 0 && !e.step.is_authenticated() {
+            excess -= 1;
+            false
+        } else {
+            true
+        }
+    });
+    let n = h.len();
+    if n > limit {
+        h.drain(..n - limit);
+    }
 }
 
 #[cfg(test)]

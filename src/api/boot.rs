@@ -120,6 +120,21 @@ impl BootStep {
         BootStep::Wiped,
     ];
 
+    /// Whether only a request carrying the boot's token can cause this step
+    /// (the Ignition config and the call-homes). Anyone on the boot network
+    /// can cause the others (DHCP, TFTP, script, kernel, assets), so they
+    /// must never crowd these out of a Machine's history.
+    pub fn is_authenticated(&self) -> bool {
+        matches!(
+            self,
+            BootStep::Ignition
+                | BootStep::Installed
+                | BootStep::Failed
+                | BootStep::Booted
+                | BootStep::Wiped
+        )
+    }
+
     /// The call-home word of this step (`installed`, `failed`, `booted`,
     /// `wiped`), as the installer and wipe scripts and the lab's test OS
     /// post it.

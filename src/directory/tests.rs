@@ -159,3 +159,77 @@ async fn warnings_become_events_at_most_once_a_minute_per_machine_and_reason() {
     assert_eq!((evs.len(), first.count), (3, 2), "{evs:?}");
     cancel.cancel();
 }
+
+fn step(s: &str) -> BootEvent {
+    BootEvent {
+        time: jiff::Timestamp::now(),
+        step: s.into(),
+        detail: String::new(),
+        bytes: None,
+        boot_id: None,
+    }
+}
+
+#[test]
+fn unauthenticated_steps_never_push_authenticated_ones_out_of_the_history() {
+    let mut h = vec![step("Script"), step("Ignition"), step("Installed")];
+    h.extend((0..100).map(|_| step("Script")));
+    trim_history(&mut h, BOOT_HISTORY_LIMIT);
+    assert_eq!(h.len(), BOOT_HISTORY_LIMIT);
+    let kept: Vec<String> = h.iter().take(2).map(|e| e.step.to_string()).collect();
+    assert_eq!(kept, ["Ignition", "Installed"]);
+    // Authenticated steps alone over the limit: the oldest of them go.
+    let mut h: Vec<BootEvent> = (0..BOOT_HISTORY_LIMIT + 3)
+        .map(|_| step("Booted"))
+        .collect();
+    h.push(step("Script"));
+    trim_history(&mut h, BOOT_HISTORY_LIMIT);
+    assert_eq!(h.len(), BOOT_HISTORY_LIMIT);
+    assert!(h.iter().all(|e| e.step.as_str() == "Booted"));
+}
+
+#[tokio::test]
+async fn a_flood_of_unauthenticated_steps_cannot_drop_a_call_home() {
+    let store: Arc<dyn Store> = Arc::new(crate::store::memory::MemoryStore::new());
+    store
+        .create(
+            Kind::Machine,
+            json!({
+                "apiVersion": "metalherd.dev/v1alpha1", "kind": "Machine",
+                "metadata": {"name": "m1"},
+                "spec": {"bmc": {"address": "ipmi://10.0.0.5", "credentialsSecretRef": {"name": "bmc"}}}
+            }),
+        )
+        .await
+        .unwrap();
+    let cancel = CancellationToken::new();
+    let rec = BootRecorder::spawn(store.clone(), cancel.clone());
+    // More script requests than the queue holds, before the writer runs
+    // (this runtime has one thread): the excess is dropped and counted...
+    for _ in 0..5000 {
+        rec.record("default", "m1", step("Script"));
+    }
+    assert!(rec.dropped() > 0);
+    // ...but the machine's own call-home still gets through.
+    rec.record("default", "m1", step("Installed"));
+    let mut got = vec![];
+    for _ in 0..200 {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        let m: Machine = store.get_obj("default", "m1").await.unwrap();
+        got = m
+            .status
+            .map(|s| {
+                s.boot_history
+                    .into_iter()
+                    .map(|e| e.step.to_string())
+                    .collect()
+            })
+            .unwrap_or_default();
+        if got.iter().any(|s| s == "Installed") {
+            break;
+        }
+    }
+    assert!(got.iter().any(|s| s == "Installed"), "{got:?}");
+    assert!(got.len() <= BOOT_HISTORY_LIMIT);
+    cancel.cancel();
+}
