@@ -26,6 +26,13 @@ pub(super) async fn start(
     let bmc_settings =
         crate::bmc::quirks::BmcSettings::try_from(config.bmc.clone().unwrap_or_default())
             .context("config")?;
+    // Events come from the boot services too: they expire with or without
+    // the Machine controller.
+    tasks.spawn(crate::store::events::expire_loop(
+        store.clone(),
+        std::time::Duration::from_secs(controller_config.event_ttl_seconds),
+        cancel.clone(),
+    ));
     if !controller_config.enabled {
         tracing::info!("machine controller disabled by config");
         return Ok(());

@@ -48,6 +48,8 @@ pub struct ControllerConfig {
     /// Kubeconfig of the cluster the machines join. Without it, Node steps
     /// are skipped and the `booted` call-home stands in for Node readiness.
     pub kubeconfig: Option<PathBuf>,
+    /// Events are deleted this long after their last occurrence.
+    pub event_ttl_seconds: u64,
 }
 
 impl Default for ControllerConfig {
@@ -69,6 +71,7 @@ impl Default for ControllerConfig {
             bmc_request_timeout_seconds: crate::bmc::Timing::default().request_timeout.as_secs(),
             bmc_power_deadline_seconds: crate::bmc::Timing::default().power_deadline.as_secs(),
             kubeconfig: None,
+            event_ttl_seconds: 3600,
         }
     }
 }
@@ -115,6 +118,7 @@ impl ControllerConfig {
             ("bmcRetrySeconds", self.bmc_retry_seconds),
             ("bmcRequestTimeoutSeconds", self.bmc_request_timeout_seconds),
             ("bmcPowerDeadlineSeconds", self.bmc_power_deadline_seconds),
+            ("eventTtlSeconds", self.event_ttl_seconds),
         ] {
             if v == 0 {
                 return err(field, "must be at least 1");
