@@ -102,12 +102,20 @@ pub async fn roll(
     let ideal = reimage * n.div_ceil(max_unavailable) as u32;
     println!(
         "BENCH rollout machines={n} max_unavailable={max_unavailable} batches={batches} \
-         reimage_s={:.1} wall={:.1}s ideal={:.1}s overhead={:.1}% reimaged={reimaged} \
+         reimage_s={:.1} wall={:.1}s ideal={:.1}s overhead={} per_batch_overhead={:.2}s reimaged={reimaged} \
          store_writes={writes} writes_per_reimaged={:.1} peak_rss_mib={}",
         reimage.as_secs_f64(),
         wall.as_secs_f64(),
         ideal.as_secs_f64(),
-        (wall.as_secs_f64() / ideal.as_secs_f64().max(f64::EPSILON) - 1.0) * 100.0,
+        if ideal.is_zero() {
+            "n/a".to_string()
+        } else {
+            format!(
+                "{:.1}%",
+                (wall.as_secs_f64() / ideal.as_secs_f64() - 1.0) * 100.0
+            )
+        },
+        wall.saturating_sub(ideal).as_secs_f64() / batches.max(1) as f64,
         writes as f64 / reimaged.max(1) as f64,
         super::peak_rss_kib() / 1024,
     );
