@@ -1,13 +1,25 @@
 //! The web page, rendered by headless Chromium against a running
-//! `metalherd serve`: it shows each Machine's phase, power, last error and,
-//! once clicked, its boot timeline.
+//! `metalherd serve`.
+//!
+//! - `web_page_shows_machines_with_phase_and_last_error`: each Machine's
+//!   phase, power and last error; TLS and the token are really needed.
+//! - `watch_a_rollout_on_the_web_page`: a person opens the page while a
+//!   MachineSet on the simulated rack (tests/common/sim_rack.rs) has rolled
+//!   a new class through in two batches, clicks the set and sees the
+//!   batches with their machines, clicks a machine of a batch and sees its
+//!   boot timeline: the steps its network boots really went through. The
+//!   clicks are mouse events (tests/common/browser.rs); nothing shows
+//!   without them.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod common;
 
 use std::process::Command;
 
-use serde_json::json;
+use std::time::Duration;
+
+use common::browser::Browser;
+use serde_json::{Value, json};
 
 /// The base64 SHA-256 of the server certificate's public key, which
 /// Chromium's `--ignore-certificate-errors-spki-list` pins.
@@ -113,4 +125,123 @@ fn web_page_shows_machines_with_phase_and_last_error() {
         dom.contains("api-token"),
         "no hint where the token is:\n{dom}"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn watch_a_rollout_on_the_web_page() {
+    let s = common::sim_rack::story(
+        "p",
+        9,
+        &[
+            ("flatcar-a", "4230.2.3", &["console=ttyS0"]),
+            ("flatcar-b", "4230.2.4", &["console=ttyS0"]),
+        ],
+    )
+    .await;
+    let status = ["rollout", "status", "machineset", "workers", "--timeout"];
+    s.apply_set("flatcar-a", 4, 120).await;
+    let (ok, out, err) = s.cli(&[&status[..], &["60s"]].concat()).await;
+    assert!(ok, "first rollout: {out}{err}");
+    s.apply_set("flatcar-b", 4, 120).await;
+    let (ok, out, err) = s.cli(&[&status[..], &["3m"]].concat()).await;
+    assert!(ok, "rollout: {out}{err}");
+
+    // What the controller recorded: two batches of revision 2.
+    let set = s.set().await;
+    let batches: Vec<Vec<String>> = set["status"]["completedBatches"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|b| {
+            assert_eq!(b["revision"], 2, "{b}");
+            b["machines"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|m| m["name"].as_str().unwrap().to_string())
+                .collect()
+        })
+        .collect();
+    assert_eq!(batches.len(), 2, "{:#}", set["status"]);
+    let clicked = batches[1][0].clone();
+    let history: Vec<String> = s
+        .machines()
+        .await
+        .iter()
+        .find(|m| m["metadata"]["name"] == clicked.as_str())
+        .unwrap()["status"]["bootHistory"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|h| h["step"].as_str().unwrap().to_string())
+        .collect();
+    for step in ["Script", "Ignition", "Installed", "Booted"] {
+        assert!(history.iter().any(|h| h == step), "{step}: {history:?}");
+    }
+
+    let pin = spki_pin(&s.api.data_dir.join("server.crt"));
+    let page = format!("{}/#token={}", s.api.url, s.api.token);
+    let profile = s.dir.path().join("chromium");
+    tokio::task::spawn_blocking(move || {
+        let t = Duration::from_secs(30);
+        let mut b = Browser::open(&page, &profile, &pin);
+        b.wait_until(
+            "document.querySelector('tr.machineset[data-name=\"workers\"]')",
+            "the set's row",
+            t,
+        );
+        let row =
+            b.eval("document.querySelector('tr.machineset[data-name=\"workers\"]').innerText");
+        let cols: Vec<&str> = row.as_str().unwrap().split('\t').map(str::trim).collect();
+        // NAME NAMESPACE DESIRED READY UPDATED AVAILABLE STATE REVISION
+        assert_eq!(
+            cols,
+            ["workers", "default", "4", "4", "4", "4", "Complete", "2"]
+        );
+        assert_eq!(
+            b.eval("document.querySelectorAll('.batch').length"),
+            json!(0),
+            "batches shown before the set was clicked"
+        );
+
+        b.click("tr.machineset[data-name=\"workers\"]");
+        b.wait_until(
+            "document.querySelectorAll('#batches .batch').length === 2",
+            "the rollout's batches after clicking the set",
+            t,
+        );
+        let shown: Value = b.eval(
+            "Array.from(document.querySelectorAll('#batches .batch')).map((d) => \
+             Array.from(d.querySelectorAll('.batch-machine')).map((m) => m.dataset.name))",
+        );
+        assert_eq!(shown, json!(batches), "each batch's machines");
+        let text = b.text();
+        assert!(text.contains("Batch 2 · revision 2"), "{text}");
+        assert!(text.contains("Rollout: Complete"), "{text}");
+
+        assert_eq!(
+            b.eval("document.querySelectorAll('#detail tr').length"),
+            json!(0),
+            "a machine's detail shown before one was clicked"
+        );
+        b.click(&format!(".batch-machine[data-name=\"{clicked}\"]"));
+        b.wait_until(
+            &format!(
+                "document.querySelector('#detail h2') && \
+                 document.querySelector('#detail h2').textContent === 'default/{clicked}'"
+            ),
+            "the machine's detail after clicking it in its batch",
+            t,
+        );
+        // The boot timeline: the table after the "Boot timeline" heading.
+        let steps: Value = b.eval(
+            "(() => { const h = Array.from(document.querySelectorAll('#detail h3')) \
+             .find((h) => h.textContent === 'Boot timeline'); if (!h) return null; \
+             return Array.from(h.nextElementSibling.querySelectorAll('tr')).slice(1) \
+             .map((r) => r.children[1].textContent); })()",
+        );
+        assert_eq!(steps, json!(history), "the boot timeline of {clicked}");
+    })
+    .await
+    .unwrap();
 }

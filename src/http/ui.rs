@@ -1,5 +1,6 @@
 //! The web page: one static HTML page (templates/ui/index.html) that reads
-//! the API with the user's token and shows every Machine's phase, power,
+//! the API with the user's token and shows every MachineSet's rollout
+//! (state, counts, revisions, each batch's machines) and every Machine's phase, power,
 //! node, last error and boot timeline. It holds no data of its own and is
 //! served without authentication; the API calls it makes carry the token.
 

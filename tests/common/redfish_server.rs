@@ -37,6 +37,10 @@ pub struct ServerOptions {
     pub foreign: Option<String>,
     /// Bytes of filler in the System document (an oversized answer).
     pub system_padding: usize,
+    /// What the System reports as its `Manufacturer`.
+    pub manufacturer: String,
+    /// What the System reports as `MemorySummary.TotalSystemMemoryGiB`.
+    pub memory_gib: u64,
 }
 
 impl Default for ServerOptions {
@@ -51,6 +55,8 @@ impl Default for ServerOptions {
             mac: "AA:BB:CC:00:00:01".into(),
             foreign: None,
             system_padding: 0,
+            manufacturer: "metalherd test BMC".into(),
+            memory_gib: 64,
         }
     }
 }
@@ -293,7 +299,7 @@ async fn system(State(s): State<S>, headers: HeaderMap) -> Response {
     let (t, e, m) = &sim.boot;
     axum::Json(json!({
         "@odata.id": "/redfish/v1/Systems/1", "Id": "1",
-        "Manufacturer": "metalherd test BMC", "Model": "Sim-1", "SerialNumber": "SIM0001",
+        "Manufacturer": sim.opts.manufacturer, "Model": "Sim-1", "SerialNumber": "SIM0001",
         "UUID": "00000000-0000-4000-8000-000000000001", "BiosVersion": "2.3.4",
         "PowerState": sim.power,
         "Boot": {"BootSourceOverrideTarget": t, "BootSourceOverrideEnabled": e,
@@ -301,7 +307,7 @@ async fn system(State(s): State<S>, headers: HeaderMap) -> Response {
                  "BootSourceOverrideTarget@Redfish.AllowableValues": ["None", "Pxe", "Hdd"]},
         "@Redfish.Settings": {"SettingsObject": {"@odata.id": "/redfish/v1/Systems/1/Settings"}},
         "ProcessorSummary": {"Count": 2, "Model": "Sim CPU"},
-        "MemorySummary": {"TotalSystemMemoryGiB": 64},
+        "MemorySummary": {"TotalSystemMemoryGiB": sim.opts.memory_gib},
         "EthernetInterfaces": {"@odata.id": "/redfish/v1/Systems/1/EthernetInterfaces"},
         "Storage": {"@odata.id": "/redfish/v1/Systems/1/Storage"},
         "Actions": {"#ComputerSystem.Reset": {

@@ -55,6 +55,18 @@ impl SimRack {
     /// `n` servers named `{prefix}1..`, at `127.0.{subnet}.11..`, booting
     /// from the boot HTTP server at `boot_url`. Must run on a tokio runtime.
     pub async fn start(prefix: &str, n: u8, subnet: u8, boot_url: &str) -> SimRack {
+        Self::start_with(prefix, n, subnet, boot_url, |_| None).await
+    }
+
+    /// As [`SimRack::start`], server `i` (1-based) reporting the
+    /// manufacturer and memory (GiB) `hardware(i)` names, if any.
+    pub async fn start_with(
+        prefix: &str,
+        n: u8,
+        subnet: u8,
+        boot_url: &str,
+        hardware: fn(u8) -> Option<(&'static str, u64)>,
+    ) -> SimRack {
         // reqwest is built without a default TLS provider.
         let _ = rustls::crypto::ring::default_provider().install_default();
         let stop = Arc::new(AtomicBool::new(false));
@@ -63,12 +75,16 @@ impl SimRack {
         let mut tasks = Vec::new();
         for i in 1..=n {
             let mac = format!("52:54:00:{subnet:02x}:00:{i:02x}");
-            let bmc = RedfishServer::start(ServerOptions {
+            let mut opts = ServerOptions {
                 task_polls: 0,
                 mac: mac.to_uppercase(),
                 ..Default::default()
-            })
-            .await;
+            };
+            if let Some((vendor, gib)) = hardware(i) {
+                opts.manufacturer = vendor.to_string();
+                opts.memory_gib = gib;
+            }
+            let bmc = RedfishServer::start(opts).await;
             let m = Arc::new(SimMachine {
                 name: format!("{prefix}{i}"),
                 mac,
@@ -235,6 +251,16 @@ pub struct Story {
 /// `(name, image version, kernel args)`) and the Machines, and wait until
 /// every Machine is Available.
 pub async fn story(prefix: &str, subnet: u8, classes: &[(&str, &str, &[&str])]) -> Story {
+    story_with(prefix, subnet, classes, |_| None).await
+}
+
+/// As [`story`], with the servers' hardware as [`SimRack::start_with`] takes it.
+pub async fn story_with(
+    prefix: &str,
+    subnet: u8,
+    classes: &[(&str, &str, &[&str])],
+    hardware: fn(u8) -> Option<(&'static str, u64)>,
+) -> Story {
     let dir = tempfile::tempdir().unwrap();
     for f in ["vmlinuz", "initrd"] {
         std::fs::write(dir.path().join(f), f.as_bytes()).unwrap();
@@ -242,7 +268,7 @@ pub async fn story(prefix: &str, subnet: u8, classes: &[(&str, &str, &[&str])]) 
     std::fs::create_dir_all(dir.path().join("assets")).unwrap();
     let boot_port = super::free_port();
     let boot_url = format!("http://127.0.0.1:{boot_port}");
-    let rack = SimRack::start(prefix, 4, subnet, &boot_url).await;
+    let rack = SimRack::start_with(prefix, 4, subnet, &boot_url, hardware).await;
     let config = controller_config(
         "",
         &format!(

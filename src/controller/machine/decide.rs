@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use jiff::Timestamp;
 
+use super::hw_labels;
 use super::plan::{
     BmcObserved, BootPurpose, ClassObserved, NodeObserved, Observed, Plan, Progress, Step,
     apply_status, cond, node_name, progress,
@@ -195,6 +196,7 @@ impl Planner<'_> {
         if !self.has_finalizer() {
             self.push(Step::AddFinalizer);
         }
+        self.hardware_labels();
         self.observe_bmc();
         let phase = self.phase();
         if matches!(
@@ -217,6 +219,28 @@ impl Planner<'_> {
             self.up_to_date();
         }
         next
+    }
+
+    /// Label the machine with its inventory's facts when they changed.
+    fn hardware_labels(&mut self) {
+        let Some(inv) = &self.st.inventory else {
+            return;
+        };
+        let facts = hw_labels::hardware_labels(inv);
+        let applied = self
+            .m
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(hw_labels::APPLIED_ANNOTATION))
+            .map(String::as_str);
+        let labels = hw_labels::changes(&facts, applied);
+        if !labels.is_empty() {
+            self.push(Step::SetHardwareLabels {
+                labels,
+                applied: hw_labels::applied_text(&facts),
+            });
+        }
     }
 
     /// A paused machine: say so, touch nothing else (no BMC call, no boot,

@@ -264,6 +264,19 @@ impl Executor<'_> {
                 self.event(&w.m, EventType::Normal, "BootMacLearned", mac)
                     .await;
             }
+            Step::SetHardwareLabels { labels, applied } => {
+                let l = m.metadata.labels.get_or_insert_with(Default::default);
+                for (k, v) in labels {
+                    match v {
+                        Some(v) => l.insert(k.clone(), v.clone()),
+                        None => l.remove(k),
+                    };
+                }
+                m.metadata
+                    .annotations
+                    .get_or_insert_with(Default::default)
+                    .insert(super::hw_labels::APPLIED_ANNOTATION.into(), applied.clone());
+            }
             _ => return Ok(()),
         }
         w.m = self.store.update_obj(&m).await?;

@@ -6,6 +6,7 @@
 mod boot;
 pub mod decide;
 pub mod execute;
+pub mod hw_labels;
 pub mod plan;
 pub mod reconcile;
 

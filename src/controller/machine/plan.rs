@@ -228,6 +228,12 @@ pub enum Step {
     RemoveFinalizer,
     /// Learned from inventory: write `spec.bootMACAddress`.
     SetBootMac(String),
+    /// Hardware labels whose inventory fact changed (`None`: remove), and
+    /// the facts now applied, for the annotation (see [`super::hw_labels`]).
+    SetHardwareLabels {
+        labels: std::collections::BTreeMap<String, Option<String>>,
+        applied: String,
+    },
     // status
     SetPhase(MachinePhase),
     SetPowerState(PowerState),
@@ -300,7 +306,9 @@ impl Step {
     pub fn kind(&self) -> StepKind {
         use Step::*;
         match self {
-            AddFinalizer | RemoveFinalizer | SetBootMac(_) => StepKind::Metadata,
+            AddFinalizer | RemoveFinalizer | SetBootMac(_) | SetHardwareLabels { .. } => {
+                StepKind::Metadata
+            }
             ReadInventory | SetBootOnce(_) | PowerOn | PowerCycle | PowerOff | CordonNode(_)
             | DrainNode(_) | DeleteNode(_) | UncordonNode(_) | ReleaseAddress => StepKind::Effect,
             WaitFor { .. } | Requeue { .. } => StepKind::Schedule,
@@ -316,6 +324,7 @@ impl fmt::Display for Step {
         use Step::*;
         match self {
             SetBootMac(m) => write!(f, "SetBootMac({m})"),
+            SetHardwareLabels { applied, .. } => write!(f, "SetHardwareLabels({applied})"),
             SetPhase(p) => write!(f, "SetPhase({})", p.as_str()),
             SetPowerState(p) => write!(f, "SetPowerState({p:?})"),
             SetCondition(c) => write!(f, "SetCondition({}={}:{})", c.type_, c.status, c.reason),

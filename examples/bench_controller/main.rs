@@ -8,12 +8,16 @@
 //! reconciles per second and the process's peak RSS.
 //!
 //! `METALHERD_BENCH_MACHINES` (default 500) and `METALHERD_BENCH_LIMITS`
-//! (default `50,500`) choose the runs. Run with:
+//! (default `50,500`) choose the runs. `METALHERD_BENCH_ROLL=MAX_UNAVAILABLE`
+//! instead declares the Machines unclassed and a MachineSet that claims
+//! them all, then rolls a class change through it (see [`rollout`]);
+//! `METALHERD_BENCH_REIMAGE_S` is how long each simulated install takes. Run with:
 //! `cargo run --example bench_controller` (BENCHMARKS.md has the runs).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-#[path = "../tests/common/mod.rs"]
+#[path = "../../tests/common/mod.rs"]
 mod common;
+mod rollout;
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -57,6 +61,8 @@ struct Fleet {
     /// step; and script fetches.
     ms: [AtomicU64; 4],
     script_fetches: AtomicUsize,
+    /// How long the installer takes (between its Ignition and `installed`).
+    reimage: Duration,
 }
 
 struct SimBmc {
@@ -180,6 +186,7 @@ async fn walk(fleet: Arc<Fleet>, s: Arc<Server>) {
     let token = ign.split("token=").nth(1).unwrap_or_default().to_string();
     until_ok(c, false, &ign).await;
     lap(1);
+    tokio::time::sleep(fleet.reimage).await;
     let home = |w: &str| format!("{base}/callhome/{w}?mac={hy}&token={token}");
     until_ok(c, true, &home("installed")).await;
     lap(2);
@@ -254,7 +261,7 @@ fn peak_rss_kib() -> u64 {
         .unwrap_or(0)
 }
 
-async fn run(n: usize, limit: usize) {
+async fn run(n: usize, limit: usize, roll: Option<usize>) {
     let dir = tempfile::tempdir().unwrap();
     let store: Arc<dyn Store> = Arc::new(EmbeddedStore::open(&dir.path().join("s.redb")).unwrap());
     let cancel = CancellationToken::new();
@@ -316,6 +323,11 @@ async fn run(n: usize, limit: usize) {
         let mut m = common::bootlab::machine(&name, &mac, &format!("{ip}/8"), "workers");
         // Only BMC details and the class: the MAC is learned.
         m.spec.boot_mac_address = None;
+        if roll.is_some() {
+            // The set claims it and sets the class.
+            m.spec.class_ref = None;
+            m.metadata.labels = Some([("pool".to_string(), "bench".to_string())].into());
+        }
         machines.push(m);
         servers.insert(
             name,
@@ -364,6 +376,12 @@ async fn run(n: usize, limit: usize) {
         walks: AtomicUsize::new(0),
         ms: Default::default(),
         script_fetches: AtomicUsize::new(0),
+        reimage: Duration::from_secs_f64(
+            std::env::var("METALHERD_BENCH_REIMAGE_S")
+                .ok()
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(0.0),
+        ),
     });
     // Waiting for a boot slot keeps the default (slow) safety-net look:
     // freed slots wake their waiters.
@@ -441,6 +459,10 @@ async fn run(n: usize, limit: usize) {
         cancel.clone(),
     ));
     tokio::spawn(runner.run(cancel.clone()));
+    let mut set_tasks = tokio::task::JoinSet::new();
+    if let Some(max_unavailable) = roll {
+        rollout::declare_set(&store, n, max_unavailable, &mut set_tasks, cancel.clone()).await;
+    }
     let deadline = Duration::from_secs(
         std::env::var("METALHERD_BENCH_DEADLINE_S")
             .ok()
@@ -466,6 +488,12 @@ async fn run(n: usize, limit: usize) {
         );
     }
     let wall = t0.elapsed();
+    if let Some(max_unavailable) = roll {
+        let walks = || fleet.walks.load(Ordering::Relaxed);
+        rollout::roll(&store, n, max_unavailable, fleet.reimage, walks).await;
+        cancel.cancel();
+        return;
+    }
     cancel.cancel();
     // The embedded backend's resourceVersion counts its writes.
     let writes: u64 = store
@@ -525,7 +553,10 @@ async fn main() {
         .and_then(|v| v.parse().ok())
         .unwrap_or(500);
     let limits = std::env::var("METALHERD_BENCH_LIMITS").unwrap_or_else(|_| "50,500".into());
+    let roll = std::env::var("METALHERD_BENCH_ROLL")
+        .ok()
+        .and_then(|v| v.parse().ok());
     for l in limits.split(',').filter_map(|s| s.trim().parse().ok()) {
-        run(n, l).await;
+        run(n, l, roll).await;
     }
 }
