@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 
 use serde_json::{Map, Value};
 
-use crate::api::Kind;
+use crate::api::{BootOutcome, BootPurpose, Kind};
 
 /// Metadata fields the API server sets on create, so a recreated object
 /// has new ones: import drops them, and two exports of the same objects
@@ -72,8 +72,8 @@ pub fn unsettled(kind: Kind, obj: &Value) -> Option<String> {
     }
     // An installed OS calls home `booted` with the boot's token after the
     // boot completed.
-    if purpose != "deprovision"
-        && boot.get("outcome").and_then(Value::as_str) == Some("installed")
+    if purpose != BootPurpose::Deprovision.as_str()
+        && boot.get("outcome").and_then(Value::as_str) == Some(BootOutcome::Installed.as_str())
         && !set("bootedAt")
     {
         return Some(format!(
