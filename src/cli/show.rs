@@ -62,6 +62,7 @@ fn headers(kind: Kind, wide: bool) -> Vec<&'static str> {
             &["NAME", "ADDRESS", "FIRST-SEEN"],
         ),
         Kind::Secret => (&["NAME", "TYPE", "DATA", "AGE"], &[]),
+        Kind::Lease => (&["NAME", "HOLDER", "AGE"], &[]),
         Kind::Event => (
             &["LAST SEEN", "TYPE", "REASON", "OBJECT", "MESSAGE"],
             &["COUNT"],
@@ -135,6 +136,7 @@ fn row(kind: Kind, o: &Value, wide: bool, now: Timestamp) -> Vec<String> {
                 .to_string(),
             age,
         ],
+        Kind::Lease => vec![name, s(o, "/spec/holderIdentity").into(), age],
         Kind::Event => vec![
             age_of(
                 ts(o, "/lastTimestamp").or_else(|| ts(o, "/firstTimestamp")),
@@ -172,7 +174,7 @@ fn row(kind: Kind, o: &Value, wide: bool, now: Timestamp) -> Vec<String> {
                 s(o, "/spec/address").to_string(),
                 age_of(ts(o, "/spec/firstSeen"), now),
             ]),
-            Kind::Secret => {}
+            Kind::Secret | Kind::Lease => {}
             Kind::Event => r.push(num(o, "/count")),
         }
     }

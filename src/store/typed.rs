@@ -33,6 +33,9 @@ impl Object for Secret {
 impl Object for crate::api::Event {
     const KIND: Kind = Kind::Event;
 }
+impl Object for k8s_openapi::api::coordination::v1::Lease {
+    const KIND: Kind = Kind::Lease;
+}
 
 /// Turn a typed object into the JSON the store keeps, with apiVersion and kind.
 pub fn to_value<T: Object>(obj: &T) -> Result<Value, StoreError> {

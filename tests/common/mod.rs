@@ -11,6 +11,7 @@ pub mod dhcp_serve;
 pub mod ignition;
 pub mod initramfs;
 pub mod ipmi_emulators;
+pub mod kubectl;
 pub mod lab;
 pub mod lan;
 pub mod manifests;

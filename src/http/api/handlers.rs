@@ -331,6 +331,22 @@ pub async fn replace(
     let mut v = parse_body(&body)?;
     conform(kind, &ns, Some(&name), &mut v)?;
     let v = admitted(&st, kind, &v)?;
+    if kind.conditional_put_creates() && resource_version_of(&v).is_none() {
+        // A Lease: a PUT without a resourceVersion creates it, and may not
+        // overwrite one that exists (kube-apiserver's lease strategy).
+        return match st.store.create(kind, v).await {
+            Ok(created) => Ok(ok_json(StatusCode::CREATED, &created)),
+            Err(StoreError::AlreadyExists { .. }) => Err(ApiError::invalid(
+                kind,
+                &name,
+                &crate::api::ValidationErrors::single(
+                    "metadata.resourceVersion",
+                    "Invalid value: 0x0: must be specified for an update",
+                ),
+            )),
+            Err(e) => Err(e.into()),
+        };
+    }
     let updated = st.store.update(kind, v).await?;
     Ok(ok_json(StatusCode::OK, &updated))
 }
@@ -410,13 +426,13 @@ async fn merge_patch(
     // Strategic merge patches only for the built-in kinds, as in Kubernetes.
     let accepted = ct.starts_with("application/merge-patch+json")
         || json_patch
-        || (strategic && kind.api_version() == "v1");
+        || (strategic && kind.is_builtin());
     if !accepted {
         return Err(ApiError::new(
             StatusCode::UNSUPPORTED_MEDIA_TYPE,
             "UnsupportedMediaType",
             format!(
-                "PATCH supports Content-Type application/merge-patch+json, application/json-patch+json (and application/strategic-merge-patch+json for Secrets and Events), got {ct:?}"
+                "PATCH supports Content-Type application/merge-patch+json, application/json-patch+json (and application/strategic-merge-patch+json for Secrets, Events and Leases), got {ct:?}"
             ),
         ));
     }
@@ -482,7 +498,7 @@ async fn merge_patch(
     }
 }
 
-/// A strategic merge patch of a Secret or Event is a JSON merge patch as
+/// A strategic merge patch of a built-in kind is a JSON merge patch as
 /// long as it holds no lists (merged by key there) and no `$` directives:
 /// what `kubectl apply` sends for a Secret's data. Anything else is refused.
 fn plain_strategic(v: &Value) -> Result<(), ApiError> {

@@ -1,7 +1,8 @@
 //! The Kubernetes-shaped REST API over the [`Store`]:
 //! `/apis/metalherd.dev/v1alpha1/namespaces/{ns}/{plural}[/{name}[/status|/scale]]`,
-//! `/api/v1/namespaces/{ns}/{secrets|events}[/{name}]`, and both without
-//! `namespaces/{ns}` for lists across namespaces. GET, LIST (label
+//! `/api/v1/namespaces/{ns}/{secrets|events}[/{name}]`,
+//! `/apis/coordination.k8s.io/v1/namespaces/{ns}/leases[/{name}]`, and each
+//! without `namespaces/{ns}` for lists across namespaces. GET, LIST (label
 //! selectors), POST, PUT, PATCH (JSON merge patch), DELETE and
 //! `?watch=true` streams; errors as `Status` bodies.
 //!
@@ -48,41 +49,63 @@ pub struct ApiState {
     pub admission: admission::Admission,
 }
 
-/// The two API groups served.
+/// The API group versions served.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Group {
     /// `/api/v1`: Secrets and Events.
     Core,
     /// `/apis/metalherd.dev/v1alpha1`.
     Metalherd,
+    /// `/apis/coordination.k8s.io/v1`: Leases.
+    Coordination,
 }
 
 impl Group {
+    pub const ALL: [Group; 3] = [Group::Core, Group::Metalherd, Group::Coordination];
+
+    /// URL prefix of the group version.
+    pub fn prefix(self) -> &'static str {
+        match self {
+            Group::Core => "/api/v1",
+            Group::Metalherd => "/apis/metalherd.dev/v1alpha1",
+            Group::Coordination => "/apis/coordination.k8s.io/v1",
+        }
+    }
+
+    /// The group a kind belongs to.
+    pub fn of(kind: Kind) -> Group {
+        match kind.group() {
+            "" => Group::Core,
+            crate::api::COORDINATION_GROUP => Group::Coordination,
+            _ => Group::Metalherd,
+        }
+    }
+
     /// The kind a URL's plural names in this group, if served.
     pub fn kind(self, plural: &str) -> Option<Kind> {
-        let k = Kind::ALL.into_iter().find(|k| k.plural() == plural)?;
-        let core = k.api_version() == "v1";
-        (core == (self == Group::Core)).then_some(k)
+        Kind::ALL
+            .into_iter()
+            .find(|k| k.plural() == plural && Group::of(*k) == self)
+    }
+
+    /// The kinds served in this group.
+    pub fn kinds(self) -> impl Iterator<Item = Kind> {
+        Kind::ALL.into_iter().filter(move |k| Group::of(*k) == self)
     }
 }
 
 /// URL prefix of a kind's API group.
 pub fn group_prefix(kind: Kind) -> &'static str {
-    if kind.api_version() == "v1" {
-        "/api/v1"
-    } else {
-        "/apis/metalherd.dev/v1alpha1"
-    }
+    Group::of(kind).prefix()
 }
 
 /// The resource routes (not yet behind auth: see [`protect`]).
 pub fn routes(state: ApiState) -> Router {
-    Router::new()
-        .nest(
-            "/apis/metalherd.dev/v1alpha1",
-            group_routes(Group::Metalherd),
-        )
-        .nest("/api/v1", group_routes(Group::Core))
+    let mut router = Router::new();
+    for group in Group::ALL {
+        router = router.nest(group.prefix(), group_routes(group));
+    }
+    router
         .merge(discovery::routes())
         .merge(openapi::routes())
         .with_state(state)

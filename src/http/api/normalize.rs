@@ -5,6 +5,7 @@
 //! Pure: no I/O.
 
 use k8s_openapi::ByteString;
+use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Secret;
 use serde_json::Value;
 
@@ -24,6 +25,7 @@ pub fn normalize(kind: Kind, obj: &Value) -> Result<Value, ValidationErrors> {
         Kind::MachineSet => typed::<MachineSet>(obj),
         Kind::DiscoveredMachine => typed::<DiscoveredMachine>(obj),
         Kind::Event => typed::<Event>(obj),
+        Kind::Lease => typed::<Lease>(obj),
         Kind::Secret => {
             let mut s: Secret = decode(obj)?;
             if let Some(sd) = s.string_data.take() {

@@ -114,3 +114,87 @@ async fn create_fills_kind_and_namespace_and_drops_status() {
         "{b}"
     );
 }
+
+#[test]
+fn leases_are_served_in_coordination_only() {
+    assert_eq!(Group::Coordination.kind("leases"), Some(Kind::Lease));
+    assert_eq!(Group::Core.kind("leases"), None);
+    assert_eq!(group_prefix(Kind::Lease), "/apis/coordination.k8s.io/v1");
+}
+
+#[tokio::test]
+async fn leases_have_kube_apiservers_update_rules() {
+    let d = tempfile::tempdir().unwrap();
+    let app = app(&d);
+    let url = "/apis/coordination.k8s.io/v1/namespaces/default/leases";
+    let lease = |holder: &str| {
+        json!({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+               "metadata": {"name": "leader"},
+               "spec": {"holderIdentity": holder, "leaseDurationSeconds": 15,
+                        "renewTime": "2026-11-22T03:00:00.000000Z"}})
+    };
+    // A PUT without a resourceVersion creates a missing Lease...
+    let (code, b) = call(&app, "PUT", &format!("{url}/leader"), Some(lease("a"))).await;
+    assert_eq!(code, StatusCode::CREATED, "{b}");
+    assert_eq!(b["spec"]["renewTime"], "2026-11-22T03:00:00.000000Z");
+    let rv = b["metadata"]["resourceVersion"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    // ...but does not overwrite one that exists.
+    let (code, b) = call(&app, "PUT", &format!("{url}/leader"), Some(lease("b"))).await;
+    assert_eq!(code, StatusCode::UNPROCESSABLE_ENTITY, "{b}");
+    assert_eq!(
+        b["details"]["causes"][0]["field"],
+        "metadata.resourceVersion"
+    );
+    // With the current version one writer wins; the other gets a Conflict.
+    let mut next = lease("b");
+    next["metadata"]["resourceVersion"] = json!(rv);
+    let (code, b) = call(&app, "PUT", &format!("{url}/leader"), Some(next.clone())).await;
+    assert_eq!(code, StatusCode::OK, "{b}");
+    next["spec"]["holderIdentity"] = json!("c");
+    let (code, b) = call(&app, "PUT", &format!("{url}/leader"), Some(next)).await;
+    assert_eq!(
+        (code, b["reason"].as_str()),
+        (StatusCode::CONFLICT, Some("Conflict")),
+        "{b}"
+    );
+    assert_eq!(b["details"]["kind"], "leases");
+    // A strategic merge patch (what kubectl sends a built-in kind) works.
+    let req = Request::builder()
+        .method("PATCH")
+        .uri(format!("{url}/leader"))
+        .header("authorization", "Bearer t0k")
+        .header("content-type", "application/strategic-merge-patch+json")
+        .body(Body::from(r#"{"spec":{"leaseTransitions":1}}"#))
+        .unwrap();
+    let resp = app.clone().oneshot(req).await.unwrap();
+    assert_eq!(resp.status(), StatusCode::OK);
+    let (_, b) = call(&app, "GET", &format!("{url}/leader"), None).await;
+    assert_eq!(b["spec"]["holderIdentity"], "b");
+    assert_eq!(b["spec"]["leaseTransitions"], 1);
+    // Unknown fields and kube-apiserver's rules are refused by path.
+    let mut bad = lease("x");
+    bad["metadata"]["name"] = json!("other");
+    bad["spec"]["leaseDurationSeconds"] = json!(0);
+    let (code, b) = call(&app, "POST", url, Some(bad)).await;
+    assert_eq!(code, StatusCode::UNPROCESSABLE_ENTITY, "{b}");
+    assert_eq!(
+        b["details"]["causes"][0]["field"],
+        "spec.leaseDurationSeconds"
+    );
+    assert!(
+        b["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("Lease.coordination.k8s.io \"other\" is invalid"),
+        "{b}"
+    );
+    let (code, b) = call(&app, "GET", "/apis/coordination.k8s.io/v1/leases", None).await;
+    assert_eq!(code, StatusCode::OK);
+    assert_eq!(
+        (b["kind"].as_str(), b["items"].as_array().map(Vec::len)),
+        (Some("LeaseList"), Some(1))
+    );
+}
