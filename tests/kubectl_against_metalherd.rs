@@ -269,12 +269,17 @@ fn kubectl_discovers_metalherd_and_prints_its_columns() {
         ],
     );
     assert_eq!(out, "dHdv", "base64 of \"two\"");
-    // kubectl create secret sends protobuf: refused, saying so.
-    let (okay, _, err) = kubectl(
-        &kc,
-        &["create", "secret", "generic", "x", "--from-literal=a=b"],
+    // kubectl create secret sends protobuf, read for Secrets.
+    assert_eq!(
+        ok(
+            &kc,
+            &["create", "secret", "generic", "x", "--from-literal=a=b"]
+        )
+        .trim(),
+        "secret/x created"
     );
-    assert!(!okay && err.contains("JSON request bodies only"), "{err}");
+    let out = ok(&kc, &["get", "secret", "x", "-o", "jsonpath={.data.a}"]);
+    assert_eq!(out, "Yg==", "base64 of \"b\"");
     let out = ok(&kc, &["get", "secrets"]);
     let rows: Vec<Vec<&str>> = out
         .lines()
@@ -282,6 +287,7 @@ fn kubectl_discovers_metalherd_and_prints_its_columns() {
         .collect();
     assert_eq!(rows[0], ["NAME", "TYPE", "DATA", "AGE"], "{out}");
     assert_eq!(rows[1][..3], ["rack1-u07-bmc", "Opaque", "2"], "{out}");
+    assert_eq!(rows[2][..3], ["x", "Opaque", "1"], "{out}");
 }
 
 #[test]

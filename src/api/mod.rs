@@ -1,6 +1,6 @@
 //! Object types of group `metalherd.dev/v1alpha1` (Machine, MachineClass,
-//! MachineSet), the Kubernetes objects we reuse (Secret, Event, and
-//! coordination.k8s.io's Lease), and validation of manifests with field
+//! MachineSet), the Kubernetes objects we reuse (Secret, Event, Namespace,
+//! and coordination.k8s.io's Lease), and validation of manifests with field
 //! paths. Pure data: no I/O here.
 
 // kube-derive's repeated `printcolumn(type_ = ...)` trips this lint by design.
@@ -39,7 +39,7 @@ pub const API_VERSION: &str = "metalherd.dev/v1alpha1";
 pub const COORDINATION_GROUP: &str = "coordination.k8s.io";
 
 /// Every kind the store keeps. The API, the CLI and the store agree on these
-/// names; `Secret` and `Event` are core/v1, `Lease` is
+/// names; `Secret`, `Event` and `Namespace` are core/v1, `Lease` is
 /// `coordination.k8s.io/v1`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Kind {
@@ -50,10 +50,11 @@ pub enum Kind {
     Event,
     DiscoveredMachine,
     Lease,
+    Namespace,
 }
 
 impl Kind {
-    pub const ALL: [Kind; 7] = [
+    pub const ALL: [Kind; 8] = [
         Kind::Machine,
         Kind::MachineClass,
         Kind::MachineSet,
@@ -61,6 +62,7 @@ impl Kind {
         Kind::Event,
         Kind::DiscoveredMachine,
         Kind::Lease,
+        Kind::Namespace,
     ];
 
     /// The `kind` field value.
@@ -73,6 +75,7 @@ impl Kind {
             Kind::Event => "Event",
             Kind::DiscoveredMachine => "DiscoveredMachine",
             Kind::Lease => "Lease",
+            Kind::Namespace => "Namespace",
         }
     }
 
@@ -86,16 +89,28 @@ impl Kind {
             Kind::Event => "events",
             Kind::DiscoveredMachine => "discoveredmachines",
             Kind::Lease => "leases",
+            Kind::Namespace => "namespaces",
         }
     }
 
     /// The `apiVersion` objects of this kind carry.
     pub fn api_version(self) -> &'static str {
         match self {
-            Kind::Secret | Kind::Event => "v1",
+            Kind::Secret | Kind::Event | Kind::Namespace => "v1",
             Kind::Lease => "coordination.k8s.io/v1",
             _ => API_VERSION,
         }
+    }
+
+    /// Whether objects of this kind live in a namespace (all but
+    /// Namespaces themselves, which the store keeps under namespace `""`).
+    pub fn namespaced(self) -> bool {
+        self != Kind::Namespace
+    }
+
+    /// The kind whose `kind` field value is `s` (exact, as stored).
+    pub fn from_kind_field(s: &str) -> Option<Kind> {
+        Kind::ALL.into_iter().find(|k| k.as_str() == s)
     }
 
     /// The API group (`""` for core/v1).
@@ -168,6 +183,7 @@ impl Kind {
                 Kind::DiscoveredMachine
             }
             "lease" | "leases" => Kind::Lease,
+            "namespace" | "namespaces" | "ns" => Kind::Namespace,
             _ => return None,
         })
     }
@@ -182,6 +198,7 @@ impl Kind {
             Kind::Event => "event",
             Kind::DiscoveredMachine => "discoveredmachine",
             Kind::Lease => "lease",
+            Kind::Namespace => "namespace",
         }
     }
 }

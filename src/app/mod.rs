@@ -2,7 +2,8 @@
 //! the boot services ([`boot`]), the controllers ([`controllers`]) and the
 //! API server ([`api`]) under one cancellation token; fails fast on binds.
 //!
-//! Start-up order: data directory (writable?), store, API token, listener
+//! Start-up order: data directory (writable?), store (and its `default`
+//! namespace), API token, listener
 //! (port free?), TLS identity (the data directory's CA and a fresh server
 //! certificate, or `--tls-cert/--tls-key`), then services. Any of these failing is one clear line and
 //! a non-zero exit, before anything runs. SIGTERM or SIGINT cancel the
@@ -41,6 +42,14 @@ pub async fn serve(global: &crate::cli::GlobalArgs, args: ServeArgs) -> anyhow::
         path: data_dir.join(STORE_FILE),
     })
     .map_err(|e| anyhow::anyhow!("{e} (is another metalherd using this data directory?)"))?;
+    // `default`, and a Namespace object for each namespace objects of an
+    // older data directory are in.
+    let created = crate::http::api::namespaces::ensure(&*store)
+        .await
+        .context("creating the default namespace")?;
+    if !created.is_empty() {
+        tracing::info!(namespaces = ?created, "namespaces created");
+    }
     let token = crate::datadir::load_or_create_token(&data_dir)?;
     let addr: SocketAddr = args.listen.parse().with_context(|| {
         format!(

@@ -63,6 +63,7 @@ fn headers(kind: Kind, wide: bool) -> Vec<&'static str> {
         ),
         Kind::Secret => (&["NAME", "TYPE", "DATA", "AGE"], &[]),
         Kind::Lease => (&["NAME", "HOLDER", "AGE"], &[]),
+        Kind::Namespace => (&["NAME", "STATUS", "AGE"], &[]),
         Kind::Event => (
             &["LAST SEEN", "TYPE", "REASON", "OBJECT", "MESSAGE"],
             &["COUNT"],
@@ -137,6 +138,7 @@ fn row(kind: Kind, o: &Value, wide: bool, now: Timestamp) -> Vec<String> {
             age,
         ],
         Kind::Lease => vec![name, s(o, "/spec/holderIdentity").into(), age],
+        Kind::Namespace => vec![name, s(o, "/status/phase").into(), age],
         Kind::Event => vec![
             age_of(
                 ts(o, "/lastTimestamp").or_else(|| ts(o, "/firstTimestamp")),
@@ -174,7 +176,7 @@ fn row(kind: Kind, o: &Value, wide: bool, now: Timestamp) -> Vec<String> {
                 s(o, "/spec/address").to_string(),
                 age_of(ts(o, "/spec/firstSeen"), now),
             ]),
-            Kind::Secret | Kind::Lease => {}
+            Kind::Secret | Kind::Lease | Kind::Namespace => {}
             Kind::Event => r.push(num(o, "/count")),
         }
     }

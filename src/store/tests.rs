@@ -42,6 +42,7 @@ macro_rules! all_tests {
             watch_resumed_from_a_version_sees_every_later_change_once,
             watch_filters_by_namespace_and_labels,
             a_version_the_store_never_gave_is_refused,
+            cluster_scoped_objects_have_no_namespace,
         );
     };
 }
@@ -366,6 +367,25 @@ async fn watch_filters_by_namespace_and_labels(s: Arc<dyn Store>) {
             .await
             .is_err()
     );
+}
+
+async fn cluster_scoped_objects_have_no_namespace(s: Arc<dyn Store>) {
+    let ns = json!({"apiVersion": "v1", "kind": "Namespace",
+        "metadata": {"name": "lab", "namespace": "default"}});
+    let created = s.create(Kind::Namespace, ns).await.unwrap();
+    assert!(created["metadata"].get("namespace").is_none(), "{created}");
+    assert_eq!(key_of(&created), (String::new(), "lab".to_string()));
+    s.get(Kind::Namespace, "", "lab").await.unwrap();
+    assert!(s.get(Kind::Namespace, "default", "lab").await.is_err());
+    let all = s
+        .list(Kind::Namespace, &ListOptions::default())
+        .await
+        .unwrap();
+    assert_eq!(all.items.len(), 1);
+    match s.delete(Kind::Namespace, "", "lab").await.unwrap() {
+        Deleted::Gone(v) => assert_eq!(v["metadata"]["name"], "lab"),
+        other => panic!("{other:?}"),
+    }
 }
 
 async fn a_version_the_store_never_gave_is_refused(s: Arc<dyn Store>) {

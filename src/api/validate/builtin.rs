@@ -1,4 +1,5 @@
-//! Kubernetes' own kinds served here (coordination.k8s.io Leases): decoded
+//! Kubernetes' own kinds served here (coordination.k8s.io Leases, core/v1
+//! Namespaces): decoded
 //! into k8s-openapi's types, with unknown fields refused by path (those
 //! types ignore them when decoding, kube-apiserver's strict decoding does
 //! not), then kube-apiserver's own checks of the kind.
@@ -95,6 +96,23 @@ pub fn validate_lease(obj: &Value) -> Result<(), ValidationErrors> {
     errs.into_result()
 }
 
+/// A core/v1 Namespace: its name is a DNS label (it becomes part of
+/// other objects' names and URLs).
+pub fn validate_namespace(obj: &Value) -> Result<(), ValidationErrors> {
+    use k8s_openapi::api::core::v1::Namespace;
+    let ns: Namespace = decode_strict(obj)?;
+    let name = ns.metadata.name.unwrap_or_default();
+    if !super::is_dns_label(&name) {
+        return Err(ValidationErrors::single(
+            "metadata.name",
+            format!(
+                "Invalid value: {name:?}: a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must start and end with an alphanumeric character (at most 63 characters)"
+            ),
+        ));
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use serde_json::json;
@@ -141,5 +159,19 @@ mod tests {
         assert_eq!(e.0[0].field, "spec.preferredHolder");
         let e = validate_lease(&lease(json!({"holderIdentity": 5}))).unwrap_err();
         assert_eq!(e.0[0].field, "spec.holderIdentity");
+    }
+
+    #[test]
+    fn namespace_names_are_dns_labels() {
+        let ns = |name: &str| json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}});
+        validate_namespace(&ns("lab-2")).unwrap();
+        let e = validate_namespace(&ns("lab.two")).unwrap_err();
+        assert_eq!(e.0[0].field, "metadata.name");
+        let mut bad = ns("lab");
+        bad["spec"] = json!({"finalizers": ["kubernetes"], "color": "red"});
+        assert_eq!(
+            validate_namespace(&bad).unwrap_err().0[0].field,
+            "spec.color"
+        );
     }
 }

@@ -111,6 +111,7 @@ pub fn validate(kind: Kind, obj: &Value) -> Result<(), ValidationErrors> {
         }
         Kind::Secret => validate_secret(obj),
         Kind::Lease => builtin::validate_lease(obj),
+        Kind::Namespace => builtin::validate_namespace(obj),
         Kind::Event | Kind::DiscoveredMachine => Ok(()),
     }
 }

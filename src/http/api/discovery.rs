@@ -131,7 +131,7 @@ fn builtin(name: &str, singular: &str, kind: &str, short: &[&str]) -> Value {
     let mut r = json!({
         "name": name,
         "singularName": singular,
-        "namespaced": true,
+        "namespaced": kind != "Namespace",
         "kind": kind,
         "verbs": VERBS,
     });
@@ -141,13 +141,15 @@ fn builtin(name: &str, singular: &str, kind: &str, short: &[&str]) -> Value {
     r
 }
 
-/// `/api/v1`: Secrets and Events, as kube-apiserver lists them.
+/// `/api/v1`: Events, Namespaces and Secrets, as kube-apiserver lists
+/// them.
 pub fn core_resources() -> Value {
     json!({
         "kind": "APIResourceList",
         "groupVersion": "v1",
         "resources": [
             builtin("events", "event", "Event", &["ev"]),
+            builtin("namespaces", "namespace", "Namespace", &["ns"]),
             builtin("secrets", "secret", "Secret", &[]),
         ],
     })
@@ -257,6 +259,11 @@ mod tests {
         let core = core_resources();
         assert_eq!(find(&core, "events")["shortNames"], json!(["ev"]));
         assert_eq!(find(&core, "secrets")["kind"], "Secret");
+        let ns = find(&core, "namespaces");
+        assert_eq!(
+            (&ns["namespaced"], &ns["shortNames"]),
+            (&json!(false), &json!(["ns"]))
+        );
         let coordination = coordination_resources();
         assert_eq!(coordination["groupVersion"], "coordination.k8s.io/v1");
         let leases = find(&coordination, "leases");

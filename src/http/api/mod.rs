@@ -2,7 +2,8 @@
 //! `/apis/metalherd.dev/v1alpha1/namespaces/{ns}/{plural}[/{name}[/status|/scale]]`,
 //! `/api/v1/namespaces/{ns}/{secrets|events}[/{name}]`,
 //! `/apis/coordination.k8s.io/v1/namespaces/{ns}/leases[/{name}]`, and each
-//! without `namespaces/{ns}` for lists across namespaces. GET, LIST (label
+//! without `namespaces/{ns}` for lists across namespaces; the cluster-scoped
+//! Namespaces at `/api/v1/namespaces[/{name}]` ([`namespaces`]). GET, LIST (label
 //! selectors), POST, PUT, PATCH (JSON merge patch), DELETE and
 //! `?watch=true` streams; errors as `Status` bodies.
 //!
@@ -14,8 +15,11 @@ pub mod admission;
 pub mod discovery;
 pub mod fields;
 mod handlers;
+pub mod namespaces;
 pub mod normalize;
 pub mod openapi;
+mod patch;
+pub mod protobuf;
 pub mod scale;
 pub mod status;
 pub mod table;
@@ -47,6 +51,8 @@ pub struct ApiState {
     pub metrics: ApiMetrics,
     /// Rules of this deployment (DHCP proxy mode needs Machine addresses).
     pub admission: admission::Admission,
+    /// Creating in a namespace against deleting it.
+    pub namespaces: namespaces::Gate,
 }
 
 /// The API group versions served.
@@ -113,7 +119,8 @@ pub fn routes(state: ApiState) -> Router {
 
 fn group_routes(group: Group) -> Router<ApiState> {
     use handlers::*;
-    Router::new()
+    use patch::{patch, patch_namespace, patch_status};
+    let mut r = Router::new()
         .route(
             "/namespaces/{ns}/{plural}",
             get(list_namespaced).post(create),
@@ -132,14 +139,18 @@ fn group_routes(group: Group) -> Router<ApiState> {
                 .put(scale::replace_scale)
                 .patch(scale::patch_scale),
         )
-        .route("/{plural}", get(list_all))
-        .method_not_allowed_fallback(|| async {
-            ApiError::new(
-                axum::http::StatusCode::METHOD_NOT_ALLOWED,
-                "MethodNotAllowed",
-                "the server does not allow this method on the requested resource",
-            )
-        })
+        .route("/{plural}", get(list_all).post(create_cluster));
+    if group == Group::Core {
+        // The one cluster-scoped kind: `/api/v1/namespaces/{name}`.
+        r = r.route(
+            "/namespaces/{name}",
+            get(get_namespace)
+                .put(replace_namespace)
+                .patch(patch_namespace)
+                .delete(delete_namespace),
+        );
+    }
+    r.method_not_allowed_fallback(|| async { method_not_allowed() })
         .layer(axum::Extension(group))
 }
 

@@ -94,25 +94,26 @@ fn paths_of(kind: Kind) -> Map<String, Value> {
         "patch": operation(kind, "patch", &format!("patch{k}"), write_params()),
         "delete": operation(kind, "delete", &format!("delete{k}"), vec![]),
     });
+    let mut params =
+        vec![json!({"name": "name", "in": "path", "required": true, "schema": {"type": "string"}})];
+    if kind.namespaced() {
+        params.push(json!({"name": "namespace", "in": "path", "required": true, "schema": {"type": "string"}}));
+    }
     if let Some(o) = item.as_object_mut() {
-        o.insert(
-            "parameters".into(),
-            json!([
-                {"name": "name", "in": "path", "required": true, "schema": {"type": "string"}},
-                {"name": "namespace", "in": "path", "required": true, "schema": {"type": "string"}},
-            ]),
-        );
+        o.insert("parameters".into(), json!(params));
     }
     let list = json!({
         "get": operation(kind, "list", &format!("list{k}"), vec![]),
         "post": operation(kind, "post", &format!("create{k}"), write_params()),
     });
+    let scope = if kind.namespaced() {
+        "/namespaces/{namespace}"
+    } else {
+        ""
+    };
     let mut paths = Map::new();
-    paths.insert(format!("{prefix}/namespaces/{{namespace}}/{plural}"), list);
-    paths.insert(
-        format!("{prefix}/namespaces/{{namespace}}/{plural}/{{name}}"),
-        item,
-    );
+    paths.insert(format!("{prefix}{scope}/{plural}"), list);
+    paths.insert(format!("{prefix}{scope}/{plural}/{{name}}"), item);
     paths
 }
 
@@ -127,20 +128,20 @@ fn schema_name(kind: Kind) -> String {
 /// `#/components/schemas/`; the kinds' own schemas carry their GVK.
 pub(super) fn builtin_schemas(group: Group) -> Map<String, Value> {
     use k8s_openapi::api::coordination::v1::Lease;
-    use k8s_openapi::api::core::v1::Secret;
+    use k8s_openapi::api::core::v1::{Namespace, Secret};
+    use schemars::JsonSchema;
     let mut generator = schemars::generate::SchemaSettings::openapi3().into_generator();
     let mut named = Vec::new();
     match group {
         Group::Core => {
             generator.subschema_for::<Secret>();
-            named.push((
-                Kind::Secret,
-                <Secret as schemars::JsonSchema>::schema_name(),
-            ));
+            named.push((Kind::Secret, Secret::schema_name()));
+            generator.subschema_for::<Namespace>();
+            named.push((Kind::Namespace, Namespace::schema_name()));
         }
         Group::Coordination => {
             generator.subschema_for::<Lease>();
-            named.push((Kind::Lease, <Lease as schemars::JsonSchema>::schema_name()));
+            named.push((Kind::Lease, Lease::schema_name()));
         }
         Group::Metalherd => {}
     }
@@ -212,6 +213,13 @@ mod tests {
         assert!(
             core["paths"]["/api/v1/namespaces/{namespace}/secrets/{name}"]["patch"].is_object()
         );
+        let ns = &core["paths"]["/api/v1/namespaces/{name}"];
+        assert_eq!(
+            ns["delete"]["x-kubernetes-group-version-kind"]["kind"],
+            "Namespace"
+        );
+        assert_eq!(ns["parameters"].as_array().map(Vec::len), Some(1));
+        assert!(core["components"]["schemas"]["io.k8s.api.core.v1.Namespace"].is_object());
         assert!(index()["paths"]["apis/metalherd.dev/v1alpha1"]["serverRelativeURL"].is_string());
         assert!(index()["paths"]["apis/coordination.k8s.io/v1"]["serverRelativeURL"].is_string());
     }

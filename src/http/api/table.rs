@@ -3,8 +3,8 @@
 //! kinds' columns are their CRDs' `additionalPrinterColumns` (a Name column
 //! first, `priority: 1` columns only shown by `kubectl get -o wide`); cells
 //! are the columns' JSON paths evaluated on the object, `date` columns as
-//! ages. Secrets, Events and Leases get kube-apiserver's own columns for
-//! them.
+//! ages. Secrets, Events, Namespaces and Leases get kube-apiserver's own
+//! columns for them.
 
 use axum::http::{HeaderMap, header};
 use jiff::Timestamp;
@@ -85,6 +85,11 @@ fn columns(kind: Kind) -> Vec<Column> {
             column("Name", "string", 0, Some(".metadata.name")),
             column("Type", "string", 0, Some(".type")),
             column("Data", "string", 0, None),
+            column("Age", "string", 0, Some(".metadata.creationTimestamp")),
+        ],
+        Kind::Namespace => vec![
+            column("Name", "string", 0, Some(".metadata.name")),
+            column("Status", "string", 0, Some(".status.phase")),
             column("Age", "string", 0, Some(".metadata.creationTimestamp")),
         ],
         Kind::Lease => vec![
