@@ -269,6 +269,9 @@ async fn run(n: usize, limit: usize) {
         listen: Some(addr.to_string()),
         assets_dir: Some(assets),
         wait_seconds: Some(1),
+        // Every simulated server keeps a connection open: above the
+        // default cap of a real boot network.
+        max_connections: Some(16_384),
         ..Default::default()
     }
     .settings(&dir.path().join("data"))

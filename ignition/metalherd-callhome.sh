@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Tell metalherd how this boot went:
-#   callhome.sh installed|failed|booted [REASON]
+#   callhome.sh installed|failed|booted|wiped [REASON]
 # POST {base}/callhome/{event}?mac=..&token=.. (plus &reason=.. when given,
 # URL-encoded by curl).
 # `booted` first waits for kubelet.service to be active. Values come from the
@@ -9,7 +9,7 @@ set -u
 event="$1"
 reason="${2:-}"
 case "$event" in
-  installed|failed|booted) ;;
+  installed|failed|booted|wiped) ;;
   *) echo "callhome: unknown event $event" >&2; exit 2 ;;
 esac
 

@@ -25,7 +25,9 @@ use crate::store::{ListOptions, Store, StoreError, WatchEvent};
 /// What a Machine should do when it network-boots now.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum BootIntent {
-    /// Install (or reimage): serve the installer with this boot's id.
+    /// A network boot of the live OS with this boot's id: install or
+    /// reimage (the live OS gets the install config), or deprovision (it
+    /// gets the wipe config: the config follows the purpose).
     Install {
         boot_id: String,
         purpose: BootPurpose,
@@ -67,12 +69,10 @@ impl MachineEntry {
         let status = m.status.clone().unwrap_or_default();
         let phase = status.phase.unwrap_or_default();
         let intent = match &status.boot {
-            Some(b) if b.completed_at.is_none() && b.purpose != BootPurpose::Deprovision => {
-                BootIntent::Install {
-                    boot_id: b.id.clone(),
-                    purpose: b.purpose,
-                }
-            }
+            Some(b) if b.completed_at.is_none() => BootIntent::Install {
+                boot_id: b.id.clone(),
+                purpose: b.purpose,
+            },
             _ if matches!(phase, MachinePhase::Provisioned | MachinePhase::Ready) => {
                 BootIntent::LocalDisk
             }

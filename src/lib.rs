@@ -19,6 +19,7 @@
 
 pub mod api;
 pub mod app;
+pub mod backup;
 pub mod bmc;
 pub mod cli;
 pub mod cluster;

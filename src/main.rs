@@ -50,6 +50,8 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Reimage(a) => metalherd::cli::reimage::run(g, a).await,
         Command::Scale(a) => metalherd::cli::rollout::scale(g, a).await,
         Command::Rollout(a) => metalherd::cli::rollout::run(g, a).await,
+        Command::Export(a) => metalherd::cli::backup::export(g, a).await,
+        Command::Import(a) => metalherd::cli::backup::import(g, a).await,
     }
 }
 

@@ -3,7 +3,10 @@
 //! - legacy BIOS: SeaBIOS + QEMU's NIC ROM (iPXE): DHCP -> HTTP script ->
 //!   kernel + initrd;
 //! - UEFI: OVMF firmware DHCP -> TFTP ipxe.efi -> iPXE DHCP -> HTTP script
-//!   -> kernel + initrd.
+//!   -> kernel + initrd;
+//! - UEFI HTTP boot: OVMF's own HTTP boot (its PXE turned off, no TFTP
+//!   server at all): DHCP as `HTTPClient` -> HTTP ipxe.efi from the URL in
+//!   the answer -> iPXE as above.
 //!
 //! The test OS fetches its Ignition config with the per-boot token, calls
 //! home `installed` and prints a marker. The test asserts the marker, the
@@ -32,9 +35,27 @@ const MACHINE_IP: &str = "10.77.0.50";
 struct Outcome {
     to_ignition: Duration,
     steps: Vec<String>,
+    /// Boot HTTP served `/assets/ipxe.efi` (what UEFI HTTP boot fetches).
+    http_boot_fetch: bool,
 }
 
-async fn boot_once(fw: Firmware, ra: bool, mac: &str, os: &initramfs::TestOs) -> Outcome {
+/// Who hands out addresses on the boot network.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Dhcp {
+    /// metalherd's DHCP server, authoritative.
+    Metalherd,
+    /// A site DHCP server (dnsmasq, addresses only, on another host of the
+    /// bridge) and metalherd in proxyDHCP mode beside it.
+    ProxyBesideDnsmasq,
+}
+
+async fn boot_once(
+    fw: Firmware,
+    ra: bool,
+    dhcp: Dhcp,
+    mac: &str,
+    os: &initramfs::TestOs,
+) -> Outcome {
     // Kept for post-mortems when the test fails; removed when it passes.
     let work = tempfile::Builder::new()
         .prefix("mh-qemu")
@@ -76,16 +97,8 @@ async fn boot_once(fw: Firmware, ra: bool, mac: &str, os: &initramfs::TestOs) ->
   enabled: false
 dhcp:
   interface: {br}
-  mode: authoritative
   httpBootUrl: {base}
-  subnets:
-    - subnet: 10.77.0.0/24
-      ranges: [{{start: 10.77.0.100, end: 10.77.0.150}}]
-      router: {SERVER_IP}
-tftp:
-  listen: {SERVER_IP}:69
-  root: {assets}
-boot:
+{mode}{tftp}boot:
   listen: {SERVER_IP}:8080
   baseUrl: {base}
   assetsDir: {assets}
@@ -93,6 +106,22 @@ boot:
 ",
         br = lab.bridge,
         assets = assets.display(),
+        mode = match dhcp {
+            Dhcp::Metalherd => format!(
+                "  mode: authoritative\n  subnets:\n    - subnet: 10.77.0.0/24\n      \
+                 ranges: [{{start: 10.77.0.100, end: 10.77.0.150}}]\n      router: {SERVER_IP}\n"
+            ),
+            Dhcp::ProxyBesideDnsmasq => "  mode: proxy\n".to_string(),
+        },
+        // UEFI HTTP boot needs no TFTP: none runs, so none can be used.
+        tftp = if fw == Firmware::UefiHttp {
+            String::new()
+        } else {
+            format!(
+                "tftp:\n  listen: {SERVER_IP}:69\n  root: {}\n",
+                assets.display()
+            )
+        },
     );
     if ra {
         config.push_str(&format!(
@@ -119,6 +148,10 @@ boot:
         "metalherd did not start: {}",
         std::fs::read_to_string(work.join("metalherd.log")).unwrap_or_default()
     );
+
+    // The site's DHCP server: another host on the bridge, addresses only
+    // (the machine's own by reservation), no boot options.
+    let _site = (dhcp == Dhcp::ProxyBesideDnsmasq).then(|| site_dhcp(&lab, mac, &work));
 
     let mut vm = qemu::start_vm(&lab, fw, mac, &work);
     let done = vm.wait_serial_or_exit(INSTALL_DONE, Duration::from_secs(240));
@@ -168,8 +201,72 @@ boot:
     let to_ignition = Duration::from_millis(
         (ign.time.as_millisecond() - vm.started_at.as_millisecond()).max(0) as u64,
     );
+    let log = std::fs::read_to_string(work.join("metalherd.log")).unwrap_or_default();
+    let http_boot_fetch = strip_ansi(&log)
+        .lines()
+        .any(|l| l.contains("/assets/ipxe.efi") && l.contains("status=200"));
     let _ = std::fs::remove_dir_all(&work);
-    Outcome { to_ignition, steps }
+    Outcome {
+        to_ignition,
+        steps,
+        http_boot_fetch,
+    }
+}
+
+/// dnsmasq in a namespace of its own, joined to the lab's bridge by a veth
+/// pair, handing out addresses only. Returned guards stop it and remove
+/// the namespace (the veth goes with it).
+fn site_dhcp(
+    lab: &BridgeLab,
+    mac: &str,
+    work: &std::path::Path,
+) -> (ChildGuard, common::netns::Netns) {
+    let dnsmasq = common::require_tool("dnsmasq");
+    let site = common::netns::Netns::new("mhsite");
+    let (inner, outer) = (common::unique("vs"), common::unique("vl"));
+    lab.ns.exec(&[
+        "ip", "link", "add", &outer, "type", "veth", "peer", "name", &inner, "netns", &site.name,
+    ]);
+    lab.ns
+        .exec(&["ip", "link", "set", &outer, "master", &lab.bridge]);
+    lab.ns.exec(&["ip", "link", "set", &outer, "up"]);
+    site.exec(&["ip", "addr", "add", "10.77.0.2/24", "dev", &inner]);
+    site.exec(&["ip", "link", "set", &inner, "up"]);
+    site.exec(&["ip", "link", "set", "lo", "up"]);
+    let mut cmd = site.command(dnsmasq.to_str().unwrap());
+    cmd.args([
+        "--no-daemon",
+        "--conf-file=/dev/null",
+        "--port=0",
+        "--log-dhcp",
+        "--pid-file=",
+        &format!("--interface={inner}"),
+        "--bind-interfaces",
+        "--dhcp-range=10.77.0.100,10.77.0.150,255.255.255.0,1h",
+        &format!("--dhcp-host={mac},{MACHINE_IP}"),
+        &format!("--dhcp-option=3,{SERVER_IP}"),
+        &format!("--dhcp-leasefile={}", work.join("dnsmasq.leases").display()),
+    ]);
+    let guard = ChildGuard::spawn("dnsmasq", &mut cmd, &work.join("dnsmasq.log"));
+    (guard, site)
+}
+
+/// The log without terminal colour sequences (`ESC [ ... letter`).
+fn strip_ansi(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    let mut chars = s.chars();
+    while let Some(c) = chars.next() {
+        if c == '\u{1b}' {
+            for c in chars.by_ref() {
+                if c.is_ascii_alphabetic() {
+                    break;
+                }
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
 }
 
 fn tail(s: &str, n: usize) -> String {
@@ -186,10 +283,21 @@ fn check_steps(fw: Firmware, steps: &[String]) {
         "Ignition",
         "Installed",
     ];
-    if fw == Firmware::Uefi {
-        // Firmware DHCP and the TFTP of ipxe.efi come first.
-        want.insert(0, "TFTP");
-        want.insert(0, "DHCPAck");
+    match fw {
+        Firmware::Uefi => {
+            // Firmware DHCP and the TFTP of ipxe.efi come first.
+            want.insert(0, "TFTP");
+            want.insert(0, "DHCPAck");
+        }
+        Firmware::UefiHttp => {
+            // Firmware DHCP, then ipxe.efi over HTTP: no TFTP step.
+            want.insert(0, "DHCPAck");
+            assert!(
+                !steps.iter().any(|s| s == "TFTP"),
+                "UEFI HTTP boot used TFTP: {steps:?}"
+            );
+        }
+        Firmware::Bios => {}
     }
     let mut it = steps.iter();
     for w in want {
@@ -207,9 +315,9 @@ fn run(fw: Firmware, mac_last: u8) {
     let dir = tempfile::tempdir().unwrap();
     let os = initramfs::build(dir.path());
     let mac = format!("52:54:00:4d:48:{mac_last:02x}");
-    let plain = rt.block_on(boot_once(fw, false, &mac, &os));
+    let plain = rt.block_on(boot_once(fw, false, Dhcp::Metalherd, &mac, &os));
     check_steps(fw, &plain.steps);
-    let with_ra = rt.block_on(boot_once(fw, true, &mac, &os));
+    let with_ra = rt.block_on(boot_once(fw, true, Dhcp::Metalherd, &mac, &os));
     check_steps(fw, &with_ra.steps);
     println!(
         "boot_qemu {fw:?}: power-on to Ignition fetch: {:.1} s without router advertisement, {:.1} s with (saved {:.1} s); steps {:?}",
@@ -228,4 +336,77 @@ fn legacy_bios_server_pxe_boots_and_installs() {
 #[test]
 fn uefi_server_pxe_boots_and_installs() {
     run(Firmware::Uefi, 0x02);
+}
+
+/// OVMF's own UEFI HTTP boot: the DHCP answer's URL (under `/assets/`)
+/// must be one boot HTTP serves, since there is no TFTP to fall back on.
+#[test]
+fn uefi_server_http_boots_without_tftp_and_installs() {
+    common::require_root();
+    common::require_tool("qemu-system-x86_64");
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let os = initramfs::build(dir.path());
+    let out = rt.block_on(boot_once(
+        Firmware::UefiHttp,
+        false,
+        Dhcp::Metalherd,
+        "52:54:00:4d:48:03",
+        &os,
+    ));
+    check_steps(Firmware::UefiHttp, &out.steps);
+    assert!(
+        out.http_boot_fetch,
+        "the firmware never fetched /assets/ipxe.efi over HTTP"
+    );
+    println!(
+        "boot_qemu UefiHttp: power-on to Ignition fetch: {:.1} s; steps {:?}",
+        out.to_ignition.as_secs_f64(),
+        out.steps
+    );
+}
+
+/// Proxy mode beside a site DHCP server: dnsmasq hands out the address,
+/// metalherd only the boot (ProxyDHCP offers on port 67 and 4011). Both
+/// firmware kinds install through it.
+fn run_proxy(fw: Firmware, mac_last: u8) {
+    common::require_root();
+    common::require_tool("qemu-system-x86_64");
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let os = initramfs::build(dir.path());
+    let mac = format!("52:54:00:4d:48:{mac_last:02x}");
+    let out = rt.block_on(boot_once(fw, false, Dhcp::ProxyBesideDnsmasq, &mac, &os));
+    check_proxy_steps(fw, &out.steps);
+    println!(
+        "boot_qemu {fw:?} in proxy mode beside dnsmasq: power-on to Ignition fetch: {:.1} s; steps {:?}",
+        out.to_ignition.as_secs_f64(),
+        out.steps
+    );
+}
+
+/// In proxy mode metalherd hands out no lease: its steps start with the
+/// boot file (TFTP for UEFI) or the script.
+fn check_proxy_steps(fw: Firmware, steps: &[String]) {
+    let mut want = vec!["Script", "Kernel", "Initrd", "Ignition", "Installed"];
+    if fw == Firmware::Uefi {
+        want.insert(0, "TFTP");
+    }
+    let mut it = steps.iter();
+    for w in want {
+        assert!(
+            it.any(|s| s == w),
+            "{fw:?} proxy: step {w} missing or out of order in {steps:?}"
+        );
+    }
+}
+
+#[test]
+fn legacy_bios_server_boots_through_proxy_dhcp_beside_a_site_dhcp_server() {
+    run_proxy(Firmware::Bios, 0x04);
+}
+
+#[test]
+fn uefi_server_boots_through_proxy_dhcp_beside_a_site_dhcp_server() {
+    run_proxy(Firmware::Uefi, 0x05);
 }

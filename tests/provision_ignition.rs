@@ -1,7 +1,9 @@
-//! Story "provision it": every example MachineClass renders install and node
-//! Ignition configs that the upstream validator accepts, the configs are
-//! snapshotted, the join token stays inside the config only, and bad classes
-//! are refused with their field named.
+//! Story "provision it": every example MachineClass renders install, node
+//! and wipe Ignition configs that the upstream validator accepts, the
+//! configs are snapshotted, the join token stays inside the config only,
+//! the operation decides which partitions survive (an install keeps the
+//! class's preserved ones, a wipe none), and bad classes are refused with
+//! their field named.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod common;
@@ -15,6 +17,9 @@ use metalherd::ignition::{
     self, Config, NodeConfigSource, RenderSecrets, Stage, redacted, render, to_json,
 };
 use serde_json::Value;
+
+#[path = "provision_ignition/wipe.rs"]
+mod wipe;
 
 fn json(c: &Config) -> String {
     to_json(c).unwrap()
@@ -52,6 +57,7 @@ fn every_example_renders_configs_ignition_validate_accepts() {
                 ctx(NodeConfigSource::Embed),
             ),
             ("node", Stage::Node, url_ctx()),
+            ("wipe", Stage::Wipe, url_ctx()),
         ] {
             let cfg = render(stage, &m, &class, &secrets(), &c)
                 .unwrap_or_else(|e| panic!("{name} {label}: {e}"));
@@ -113,9 +119,15 @@ fn rendered_scripts_parse_as_bash() {
     let bash = common::require_tool("bash");
     for (name, m, class) in examples() {
         let install = render(Stage::Install, &m, &class, &secrets(), &url_ctx()).unwrap();
-        for path in ["/etc/metalherd/install.sh", "/etc/metalherd/callhome.sh"] {
+        let wipe = render(Stage::Wipe, &m, &class, &secrets(), &url_ctx()).unwrap();
+        for (cfg, path) in [
+            (&install, "/etc/metalherd/install.sh"),
+            (&install, "/etc/metalherd/callhome.sh"),
+            (&wipe, "/etc/metalherd/wipe.sh"),
+            (&wipe, "/etc/metalherd/callhome.sh"),
+        ] {
             let mut f = tempfile::NamedTempFile::new().unwrap();
-            f.write_all(file(&install, path).as_bytes()).unwrap();
+            f.write_all(file(cfg, path).as_bytes()).unwrap();
             let out = std::process::Command::new(&bash)
                 .arg("-n")
                 .arg(f.path())
@@ -177,7 +189,7 @@ fn readable(c: &Config) -> String {
 #[test]
 fn snapshots() {
     for (name, m, class) in examples() {
-        for stage in [Stage::Install, Stage::Node] {
+        for stage in [Stage::Install, Stage::Node, Stage::Wipe] {
             let cfg = render(stage, &m, &class, &secrets(), &url_ctx()).unwrap();
             insta::assert_snapshot!(format!("{name}-{}", stage.as_str()), readable(&cfg));
         }
@@ -400,6 +412,19 @@ fn cli_prints_configs_redacted_unless_asked() {
         assert!(text.contains(JOIN_TOKEN), "{stage}");
         common::ignition::validate(&text).unwrap_or_else(|e| panic!("{stage}: {e}"));
     }
+    let out = run(&["--stage", "wipe", "--show-secrets"], true);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(text.contains("metalherd-wipe.service"), "{text}");
+    assert!(
+        !text.contains(JOIN_TOKEN),
+        "the wipe config carries no join token"
+    );
+    common::ignition::validate(&text).unwrap_or_else(|e| panic!("wipe: {e}"));
     let out = run(&[], false);
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);

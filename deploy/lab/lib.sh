@@ -170,11 +170,14 @@ CONF
 }
 
 # lab_manifests RUN KERNEL INITRD UUID...: a bootstrap-token Secret, the
-# lab's MachineClass (Debian's kernel + the lab initramfs as the "OS"), and
-# one Machine with its BMC Secret per VM, addressed by its Redfish system.
+# lab's MachineClasses (Debian's kernel + the lab initramfs as the "OS";
+# `lab` keeps the disk's DATA partition across reinstalls, `lab-wipe` is the
+# same and also wipes the disk when its machine is deprovisioned), and one
+# Machine with its BMC Secret per VM, addressed by its Redfish system. VMs
+# listed in LAB_WIPE_VMS (numbers, e.g. "2") use `lab-wipe`.
 lab_manifests() {
   local run=$1 kernel=$2 initrd=$3; shift 3
-  local ksum isum i=0
+  local ksum isum i=0 c class
   ksum=$(sha256sum "$kernel" | cut -d' ' -f1)
   isum=$(sha256sum "$initrd" | cut -d' ' -f1)
   cat > "$run/class.yaml" <<YAML
@@ -182,10 +185,13 @@ apiVersion: v1
 kind: Secret
 metadata: {name: lab-join-token, namespace: default}
 stringData: {token: "abcdef.0123456789abcdef"}
+YAML
+  for c in lab lab-wipe; do
+    cat >> "$run/class.yaml" <<YAML
 ---
 apiVersion: metalherd.dev/v1alpha1
 kind: MachineClass
-metadata: {name: lab, namespace: default}
+metadata: {name: $c, namespace: default}
 spec:
   image:
     os: flatcar
@@ -193,7 +199,7 @@ spec:
     kernel: {url: "file://$kernel", sha256: "$ksum"}
     initrd: {url: "file://$initrd", sha256: "$isum"}
     # The image an installer downloads and writes to disk; the lab's test
-    # OS only checks its Ignition and boots the lab disk, so any pinned file
+    # OS rewrites the lab disk's ROOT partition instead, so any pinned file
     # on the boot server serves.
     install: {url: "http://10.89.0.1:8080/assets/undionly.kpxe", sha256: "$(sha256sum "$LAB_ROOT/boot-assets/undionly.kpxe" | cut -d' ' -f1)"}
   kubernetes: {version: ${LAB_KUBELET_VERSION:-v1.33.2}}
@@ -202,16 +208,21 @@ spec:
     apiServerEndpoint: "10.89.0.1:6443"
     caCertHashes: ["sha256:$(printf 'ab%.0s' $(seq 1 32))"]
     tokenSecretRef: {name: lab-join-token}
+  preservePartitions: [DATA]
+  wipeOnDeprovision: $([ "$c" = lab-wipe ] && echo true || echo false)
 YAML
+  done
   : > "$run/machines.yaml"
   for uuid in "$@"; do
     i=$((i + 1))
+    class=lab
+    case " ${LAB_WIPE_VMS:-} " in *" $i "*) class=lab-wipe ;; esac
     cat >> "$run/machines.yaml" <<YAML
 ---
 apiVersion: v1
 kind: Secret
 metadata: {name: vm$i-bmc, namespace: default}
-stringData: {username: admin, password: password}
+stringData: {username: admin, password: "lab-bmc-7Qx2vN9k"}
 ---
 apiVersion: metalherd.dev/v1alpha1
 kind: Machine
@@ -221,7 +232,7 @@ spec:
     address: redfish+http://127.0.0.1:8000/redfish/v1/Systems/$uuid
     credentialsSecretRef: {name: vm$i-bmc}
   network: {address: 10.89.0.$((10 + i))/24, gateway: 10.89.0.1, hostname: vm$i}
-  classRef: {name: lab}
+  classRef: {name: $class}
 YAML
   done
 }

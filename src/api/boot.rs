@@ -113,15 +113,22 @@ open_words! {
 
 impl BootStep {
     /// The steps a machine reports itself, by `POST /callhome/{word}`.
-    pub const CALLHOME: [BootStep; 3] = [BootStep::Installed, BootStep::Failed, BootStep::Booted];
+    pub const CALLHOME: [BootStep; 4] = [
+        BootStep::Installed,
+        BootStep::Failed,
+        BootStep::Booted,
+        BootStep::Wiped,
+    ];
 
-    /// The call-home word of this step (`installed`, `failed`, `booted`),
-    /// as the installer scripts and the lab's test OS post it.
+    /// The call-home word of this step (`installed`, `failed`, `booted`,
+    /// `wiped`), as the installer and wipe scripts and the lab's test OS
+    /// post it.
     pub fn callhome_word(&self) -> Option<&'static str> {
         Some(match self {
             BootStep::Installed => "installed",
             BootStep::Failed => "failed",
             BootStep::Booted => "booted",
+            BootStep::Wiped => "wiped",
             _ => return None,
         })
     }

@@ -288,7 +288,7 @@ pub struct BootRecord {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(with = "Option<String>")]
     pub booted_at: Option<Timestamp>,
-    /// The configs of this boot handed out in full (`install`, `node`):
+    /// The configs of this boot handed out in full (`install`, `node`, `wipe`):
     /// each is served once, so a second complete fetch is refused.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub configs_served: Vec<ServedConfig>,
@@ -298,7 +298,7 @@ pub struct BootRecord {
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ServedConfig {
-    /// `install` or `node`.
+    /// `install`, `node` or `wipe`.
     pub stage: String,
     /// The address it went to.
     pub address: String,

@@ -102,12 +102,6 @@ impl Kind {
         }
     }
 
-    /// Whether objects of this kind live in a namespace (all but
-    /// Namespaces themselves, which the store keeps under namespace `""`).
-    pub fn namespaced(self) -> bool {
-        self != Kind::Namespace
-    }
-
     /// The kind whose `kind` field value is `s` (exact, as stored).
     pub fn from_kind_field(s: &str) -> Option<Kind> {
         Kind::ALL.into_iter().find(|k| k.as_str() == s)
@@ -160,6 +154,22 @@ impl Kind {
             self,
             Kind::Machine | Kind::MachineClass | Kind::MachineSet | Kind::DiscoveredMachine
         )
+    }
+
+    /// Whether objects of the kind live in a namespace: all but
+    /// Namespaces themselves, which the store keeps under namespace `""`.
+    /// One arm per kind, so a new kind has to say.
+    pub fn namespaced(self) -> bool {
+        match self {
+            Kind::Machine
+            | Kind::MachineClass
+            | Kind::MachineSet
+            | Kind::Secret
+            | Kind::Event
+            | Kind::Lease
+            | Kind::DiscoveredMachine => true,
+            Kind::Namespace => false,
+        }
     }
 
     /// Whether the kind has a `/scale` subresource (`spec.replicas`,

@@ -22,7 +22,7 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
 use crate::cli::serve::ServeArgs;
-use crate::datadir::{STORE_FILE, TOKEN_FILE};
+use crate::datadir::TOKEN_FILE;
 use crate::http::ops::{ApiMetrics, MetricsRegistry};
 use crate::store::{Store, StoreConfig};
 
@@ -38,17 +38,23 @@ pub async fn serve(global: &crate::cli::GlobalArgs, args: ServeArgs) -> anyhow::
     };
     // Flags override the file; bad ones stop here, before anything binds.
     config.dhcp = args.dhcp_flags().apply(config.dhcp.take())?;
-    let store: Arc<dyn Store> = crate::store::open(&StoreConfig::Embedded {
-        path: data_dir.join(STORE_FILE),
-    })
-    .map_err(|e| anyhow::anyhow!("{e} (is another metalherd using this data directory?)"))?;
-    // `default`, and a Namespace object for each namespace objects of an
-    // older data directory are in.
-    let created = crate::http::api::namespaces::ensure(&*store)
-        .await
-        .context("creating the default namespace")?;
-    if !created.is_empty() {
-        tracing::info!(namespaces = ?created, "namespaces created");
+    let store_config = args.store_config(&data_dir).map_err(anyhow::Error::msg)?;
+    let store: Arc<dyn Store> = match crate::store::open(&store_config).await {
+        Ok(s) => s,
+        Err(e) if matches!(store_config, StoreConfig::Embedded { .. }) => {
+            anyhow::bail!("{e} (is another metalherd using this data directory?)")
+        }
+        Err(e) => anyhow::bail!("cannot open the Kubernetes store: {e}"),
+    };
+    // Standalone: `default`, and a Namespace object for each namespace
+    // objects of an older data directory are in. A cluster has its own.
+    if matches!(store_config, StoreConfig::Embedded { .. }) {
+        let created = crate::http::api::namespaces::ensure(&*store)
+            .await
+            .context("creating the default namespace")?;
+        if !created.is_empty() {
+            tracing::info!(namespaces = ?created, "namespaces created");
+        }
     }
     let token = crate::datadir::load_or_create_token(&data_dir)?;
     let addr: SocketAddr = args.listen.parse().with_context(|| {

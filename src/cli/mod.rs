@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use clap::{Args, Parser, Subcommand};
 
 pub mod apply;
+pub mod backup;
 pub mod bmc;
 pub mod client;
 pub mod hwtest;
@@ -84,4 +85,11 @@ pub enum Command {
     Scale(rollout::ScaleArgs),
     /// Follow, list, pause, resume or undo a MachineSet's rollouts.
     Rollout(rollout::RolloutArgs),
+    /// Write every object (with status and Secrets) of a server, a cluster
+    /// or a stopped data directory to one file; Machines in the middle of
+    /// a boot are refused until they settle.
+    Export(backup::ExportArgs),
+    /// Recreate the objects of an export in a server, a cluster or an
+    /// empty data directory (restores a backup).
+    Import(backup::ImportArgs),
 }

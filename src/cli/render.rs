@@ -1,4 +1,4 @@
-//! `metalherd render ignition MACHINE [--stage install|node] [--show-secrets]
+//! `metalherd render ignition MACHINE [--stage install|node|wipe] [--show-secrets]
 //! [-n NS] [-f FILE]...`: prints the Ignition config metalherd would serve a
 //! Machine, with secrets redacted unless `--show-secrets`.
 //!
@@ -25,7 +25,7 @@ pub struct RenderArgs {
 
 #[derive(Debug, Subcommand)]
 pub enum RenderWhat {
-    /// Print a Machine's Ignition config (install or node stage).
+    /// Print a Machine's Ignition config (install, node or wipe stage).
     Ignition(IgnitionArgs),
 }
 
@@ -33,13 +33,15 @@ pub enum RenderWhat {
 pub enum StageArg {
     Install,
     Node,
+    Wipe,
 }
 
 #[derive(Debug, Args)]
 pub struct IgnitionArgs {
     /// Machine name.
     pub machine: String,
-    /// Which config: `install` (live OS, writes the disk) or `node`.
+    /// Which config: `install` (live OS, writes the disk), `node`, or
+    /// `wipe` (live OS of a deprovisioning boot, clears the disk).
     #[arg(long, value_enum, default_value = "install")]
     pub stage: StageArg,
     /// Print the join token and per-boot token instead of `<redacted>`.
@@ -208,6 +210,7 @@ pub fn render_ignition(
     let stage = match stage {
         StageArg::Install => Stage::Install,
         StageArg::Node => Stage::Node,
+        StageArg::Wipe => Stage::Wipe,
     };
     let config = ignition::render(stage, &inputs.machine, &inputs.class, &secrets, &ctx)?;
     let shown = if show_secrets {

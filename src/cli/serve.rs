@@ -33,9 +33,54 @@ pub struct ServeArgs {
     /// DHCP: batch or always (overrides dhcp.leaseSync.mode).
     #[arg(long, env = "METALHERD_DHCP_LEASE_SYNC", value_name = "MODE")]
     pub dhcp_lease_sync: Option<String>,
+    /// Where objects live: `embedded` (one file in the data directory) or
+    /// `kubernetes` (resources on a Kubernetes API server; nothing is kept
+    /// here).
+    #[arg(long, env = "METALHERD_STORE", value_enum, default_value_t = StoreBackend::Embedded)]
+    pub store: StoreBackend,
+    /// With `--store kubernetes`: the kubeconfig file to reach the API
+    /// server with (its current context); the Pod's in-cluster
+    /// configuration when absent.
+    #[arg(long, env = "METALHERD_KUBECONFIG", value_name = "FILE")]
+    pub kubeconfig: Option<std::path::PathBuf>,
+    /// With `--store kubernetes`: read and watch only this namespace
+    /// (a namespaced Role is then enough); all namespaces when absent.
+    #[arg(long, env = "METALHERD_WATCH_NAMESPACE", value_name = "NAMESPACE")]
+    pub watch_namespace: Option<String>,
+}
+
+/// The store backends `serve` can run on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum StoreBackend {
+    Embedded,
+    Kubernetes,
 }
 
 impl ServeArgs {
+    /// The store to open: the data directory's file, or the API server.
+    /// Kubernetes flags without `--store kubernetes` are a mistake worth
+    /// stopping on.
+    pub fn store_config(
+        &self,
+        data_dir: &std::path::Path,
+    ) -> Result<crate::store::StoreConfig, String> {
+        use crate::store::StoreConfig;
+        match self.store {
+            StoreBackend::Embedded => {
+                if self.kubeconfig.is_some() || self.watch_namespace.is_some() {
+                    return Err("--kubeconfig and --watch-namespace need --store kubernetes".into());
+                }
+                Ok(StoreConfig::Embedded {
+                    path: data_dir.join(crate::datadir::STORE_FILE),
+                })
+            }
+            StoreBackend::Kubernetes => Ok(StoreConfig::Kubernetes {
+                kubeconfig: self.kubeconfig.clone(),
+                namespace: self.watch_namespace.clone(),
+            }),
+        }
+    }
+
     /// The DHCP flags, to lay over the config file's `dhcp:` section.
     pub fn dhcp_flags(&self) -> crate::dhcp::flags::DhcpFlags {
         crate::dhcp::flags::DhcpFlags {
@@ -44,5 +89,48 @@ impl ServeArgs {
             server_address: self.dhcp_server_address.clone(),
             lease_sync: self.dhcp_lease_sync.clone(),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::*;
+    use crate::store::StoreConfig;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        serve: ServeArgs,
+    }
+
+    fn config(args: &[&str]) -> Result<StoreConfig, String> {
+        let cli = Cli::try_parse_from(std::iter::once("serve").chain(args.iter().copied()))
+            .map_err(|e| e.to_string())?;
+        cli.serve.store_config(std::path::Path::new("/data"))
+    }
+
+    #[test]
+    fn the_store_flags_pick_the_backend() {
+        assert!(matches!(
+            config(&[]),
+            Ok(StoreConfig::Embedded { path }) if path == std::path::Path::new("/data/metalherd.redb")
+        ));
+        assert!(matches!(
+            config(&["--store", "kubernetes", "--kubeconfig", "/k", "--watch-namespace", "lab"]),
+            Ok(StoreConfig::Kubernetes { kubeconfig: Some(k), namespace: Some(n) })
+                if k == std::path::Path::new("/k") && n == "lab"
+        ));
+        assert!(matches!(
+            config(&["--store", "kubernetes"]),
+            Ok(StoreConfig::Kubernetes {
+                kubeconfig: None,
+                namespace: None
+            })
+        ));
+        let e = config(&["--kubeconfig", "/k"]).unwrap_err();
+        assert!(e.contains("--store kubernetes"), "{e}");
+        assert!(config(&["--store", "etcd"]).is_err());
     }
 }

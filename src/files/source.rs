@@ -106,6 +106,16 @@ pub struct DirSource {
     cache: Arc<Mutex<Cache>>,
 }
 
+/// How long [`DirSource::open_whole`] answers a small file from memory
+/// without looking at the disk again (as nginx's `open_file_cache_valid`):
+/// a file replaced, changed or removed is seen at most this late. Within
+/// the window a request costs no system call and no blocking-pool hop.
+pub const REVALIDATE_AFTER: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// Names answered within [`REVALIDATE_AFTER`] kept at most (request names,
+/// so differently spelled names of one file count apart).
+const FRESH_MAX: usize = 1024;
+
 /// Contents of small files by canonical path, each valid only while the
 /// file on disk has the same device, inode, size and modification time (a
 /// file replaced or rewritten is read again).
@@ -114,6 +124,14 @@ struct Cache {
     max_file: u64,
     total: u64,
     files: HashMap<PathBuf, Cached>,
+    /// Request names checked against the disk lately, with what they gave.
+    fresh: HashMap<String, Fresh>,
+}
+
+struct Fresh {
+    checked: std::time::Instant,
+    data: Bytes,
+    meta: std::fs::Metadata,
 }
 
 struct Cached {
@@ -169,12 +187,23 @@ impl DirSource {
     /// (HTTP Range requests), each with the opened file's metadata.
     pub async fn open_whole(&self, name: &str) -> Result<(Opened, std::fs::Metadata), SourceError> {
         sanitize(name)?;
+        if let Ok(c) = self.cache.lock()
+            && let Some(f) = c.fresh.get(name)
+            && f.checked.elapsed() < REVALIDATE_AFTER
+        {
+            return Ok((Opened::Memory(f.data.clone()), f.meta.clone()));
+        }
         let root = self.root.clone();
         let name = name.to_string();
         let cache = self.cache.clone();
-        tokio::task::spawn_blocking(move || open_cached(&root, &name, &cache))
-            .await
-            .map_err(|e| SourceError::Io(std::io::Error::other(e)))?
+        tokio::task::spawn_blocking(move || {
+            let checked = std::time::Instant::now();
+            let r = open_cached(&root, &name, &cache);
+            remember(&cache, name, checked, &r);
+            r
+        })
+        .await
+        .map_err(|e| SourceError::Io(std::io::Error::other(e)))?
     }
 
     /// Open `name` after the same checks as [`FileSource::open`], without
@@ -238,6 +267,35 @@ fn open_regular(path: &Path) -> Result<(std::fs::File, std::fs::Metadata), Sourc
 pub enum Opened {
     Disk(std::fs::File),
     Memory(Bytes),
+}
+
+/// Keep what a disk check of `name` gave (a small file's contents) for
+/// [`REVALIDATE_AFTER`]; anything else forgets the name.
+fn remember(
+    cache: &Mutex<Cache>,
+    name: String,
+    checked: std::time::Instant,
+    r: &Result<(Opened, std::fs::Metadata), SourceError>,
+) {
+    let Ok(mut c) = cache.lock() else { return };
+    match r {
+        Ok((Opened::Memory(data), meta)) => {
+            if c.fresh.len() >= FRESH_MAX && !c.fresh.contains_key(&name) {
+                c.fresh.clear();
+            }
+            c.fresh.insert(
+                name,
+                Fresh {
+                    checked,
+                    data: data.clone(),
+                    meta: meta.clone(),
+                },
+            );
+        }
+        _ => {
+            c.fresh.remove(&name);
+        }
+    }
 }
 
 /// Open `name` under `root` (blocking), answering from `cache` when the

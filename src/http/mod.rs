@@ -3,6 +3,7 @@
 
 pub mod api;
 pub mod boot;
+pub mod limits;
 pub mod ops;
 pub mod ui;
 

@@ -78,51 +78,12 @@ pub(crate) fn install_config(
         }
     };
 
-    let mut labels = Vec::new();
-    for (i, l) in class.spec.preserve_partitions.iter().enumerate() {
-        let field = format!("spec.preservePartitions[{i}]");
-        check_word(&field, l)?;
-        if l.len() > 36 {
-            return Err(RenderError::invalid(
-                field,
-                "GPT labels have at most 36 characters",
-            ));
-        }
-        labels.push(l.clone());
-    }
-    vars.push(("PRESERVE_PARTLABELS", labels.join(" ")));
+    vars.push(("PRESERVE_PARTLABELS", preserved_labels(class)?.join(" ")));
     if r.os == Os::Flatcar {
         vars.push(("KERNEL_ARGS", node::kernel_args(class)?.join(" ")));
     }
 
-    if let Some(h) = &machine.spec.root_device_hints {
-        let at = "spec.rootDeviceHints";
-        if let Some(d) = &h.device_name {
-            check_path(&format!("{at}.deviceName"), d)?;
-            vars.push(("HINT_DEVICE_NAME", d.clone()));
-        }
-        if let Some(s) = &h.serial_number {
-            vars.push((
-                "HINT_SERIAL_NUMBER",
-                check_env(&format!("{at}.serialNumber"), s)?.to_string(),
-            ));
-        }
-        if let Some(m) = &h.model {
-            vars.push((
-                "HINT_MODEL",
-                check_env(&format!("{at}.model"), m)?.to_string(),
-            ));
-        }
-        if let Some(w) = &h.wwn {
-            vars.push(("HINT_WWN", check_word(&format!("{at}.wwn"), w)?.to_string()));
-        }
-        if let Some(g) = h.min_size_gigabytes {
-            vars.push(("HINT_MIN_SIZE_GIB", g.to_string()));
-        }
-        if let Some(rot) = h.rotational {
-            vars.push(("HINT_ROTATIONAL", rot.to_string()));
-        }
-    }
+    vars.extend(hint_vars(machine)?);
     vars.extend(r.callhome_vars(ctx));
     for (k, v) in &vars {
         check_env(&format!("install.env {k}"), v)?;
@@ -182,4 +143,56 @@ pub(crate) fn install_config(
         });
     }
     Ok(c)
+}
+
+/// The class's `preservePartitions`, checked as GPT partition labels.
+pub(crate) fn preserved_labels(class: &MachineClass) -> Result<Vec<String>, RenderError> {
+    let mut labels = Vec::new();
+    for (i, l) in class.spec.preserve_partitions.iter().enumerate() {
+        let field = format!("spec.preservePartitions[{i}]");
+        check_word(&field, l)?;
+        if l.len() > 36 {
+            return Err(RenderError::invalid(
+                field,
+                "GPT labels have at most 36 characters",
+            ));
+        }
+        labels.push(l.clone());
+    }
+    Ok(labels)
+}
+
+/// The Machine's `rootDeviceHints` as `HINT_*` variables of the install
+/// and wipe scripts (both pick the disk with them).
+pub(crate) fn hint_vars(machine: &Machine) -> Result<Vec<(&'static str, String)>, RenderError> {
+    let mut vars = Vec::new();
+    if let Some(h) = &machine.spec.root_device_hints {
+        let at = "spec.rootDeviceHints";
+        if let Some(d) = &h.device_name {
+            check_path(&format!("{at}.deviceName"), d)?;
+            vars.push(("HINT_DEVICE_NAME", d.clone()));
+        }
+        if let Some(s) = &h.serial_number {
+            vars.push((
+                "HINT_SERIAL_NUMBER",
+                check_env(&format!("{at}.serialNumber"), s)?.to_string(),
+            ));
+        }
+        if let Some(m) = &h.model {
+            vars.push((
+                "HINT_MODEL",
+                check_env(&format!("{at}.model"), m)?.to_string(),
+            ));
+        }
+        if let Some(w) = &h.wwn {
+            vars.push(("HINT_WWN", check_word(&format!("{at}.wwn"), w)?.to_string()));
+        }
+        if let Some(g) = h.min_size_gigabytes {
+            vars.push(("HINT_MIN_SIZE_GIB", g.to_string()));
+        }
+        if let Some(rot) = h.rotational {
+            vars.push(("HINT_ROTATIONAL", rot.to_string()));
+        }
+    }
+    Ok(vars)
 }

@@ -1,5 +1,5 @@
-//! Typed Ignition (spec 3.3.0) and pure rendering of a Machine's install and
-//! node configs from its MachineClass.
+//! Typed Ignition (spec 3.3.0) and pure rendering of a Machine's install,
+//! node and wipe configs from its MachineClass.
 //!
 //! - [`spec`]: serde structs for the part of the spec metalherd emits.
 //! - [`render()`]: `(Stage, Machine, MachineClass, secrets, per-boot context)
@@ -21,6 +21,7 @@ pub mod redact;
 pub mod render;
 pub mod spec;
 pub mod templates;
+mod wipe;
 
 pub use error::RenderError;
 pub use redact::{REDACTED, redact};

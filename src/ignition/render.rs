@@ -1,7 +1,9 @@
-//! Pure rendering of a Machine's two Ignition configs from its MachineClass:
+//! Pure rendering of a Machine's Ignition configs from its MachineClass:
 //! `Stage::Install` (runs in the network-booted live OS, writes the OS to
-//! disk, calls home, reboots) and `Stage::Node` (the installed system:
-//! hostname, network, containerd, kubelet, `kubeadm join`, call-home).
+//! disk, calls home, reboots), `Stage::Node` (the installed system:
+//! hostname, network, containerd, kubelet, `kubeadm join`, call-home) and
+//! `Stage::Wipe` (the live OS of a deprovisioning boot: clears the disk,
+//! calls home `wiped`, powers off).
 //!
 //! Inputs are values (Machine, MachineClass, the join token, the per-boot
 //! context); the output is a typed [`Config`] or a [`RenderError`] naming the
@@ -19,15 +21,17 @@ use crate::api::{Machine, MachineClass, OsImage};
 use super::error::RenderError;
 use super::spec::Config;
 use super::templates::{check_env, check_url};
-use super::{install, node};
+use super::{install, node, wipe};
 
-/// Which of a machine's two configs to render.
+/// Which of a machine's configs to render.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Stage {
     /// For the live OS booted over the network: installs to disk.
     Install,
     /// For the installed OS: joins the cluster.
     Node,
+    /// For the live OS of a deprovisioning boot: wipes the disk.
+    Wipe,
 }
 
 impl Stage {
@@ -35,6 +39,7 @@ impl Stage {
         match self {
             Stage::Install => "install",
             Stage::Node => "node",
+            Stage::Wipe => "wipe",
         }
     }
 }
@@ -128,7 +133,7 @@ impl fmt::Debug for NodeConfigSource {
 #[derive(Clone, PartialEq, Eq)]
 pub struct RenderContext {
     /// `http(s)://host[:port]` of metalherd's boot HTTP service; call-home
-    /// goes to `POST {base}/callhome/{installed|failed|booted}?mac=..&token=..`.
+    /// goes to `POST {base}/callhome/{installed|failed|booted|wiped}?mac=..&token=..`.
     pub callhome_base: String,
     /// Per-boot token proving the caller is this boot of this machine.
     pub boot_token: String,
@@ -172,6 +177,7 @@ pub fn render(
     let result = Resolved::new(machine, class, ctx).and_then(|r| match stage {
         Stage::Install => install::install_config(&r, machine, class, secrets, ctx),
         Stage::Node => node::node_config(&r, machine, class, secrets, ctx),
+        Stage::Wipe => wipe::wipe_config(&r, machine, ctx),
     });
     match &result {
         Ok(c) => tracing::debug!(

@@ -119,6 +119,14 @@ pub(crate) struct InstallScript<'a> {
 pub(crate) struct CallhomeScript;
 
 #[derive(Template)]
+#[template(path = "metalherd-wipe.sh", escape = "none")]
+pub(crate) struct WipeScript;
+
+#[derive(Template)]
+#[template(path = "metalherd-wipe.service", escape = "none")]
+pub(crate) struct WipeUnit;
+
+#[derive(Template)]
 #[template(path = "metalherd.env", escape = "none")]
 pub(crate) struct EnvFile<'a> {
     /// Keys are constants; values passed [`check_env`].

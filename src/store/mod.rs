@@ -4,10 +4,13 @@
 //! [`Store`] trait; [`open`] picks the backend from a [`StoreConfig`].
 //!
 //! Backends today: [`embedded`] (one redb file in the data directory, what
-//! `metalherd serve` uses) and [`memory`] (in-process, the test double; with
-//! [`memory::Faults`] to script failures). Both take their object semantics
-//! from [`semantics`] and pass one shared test suite (`tests.rs`), which a
-//! later backend runs too. Helpers built only on the trait: [`modify`]
+//! `metalherd serve` uses by default), [`kubernetes`] (resources on a
+//! Kubernetes API server, `serve --store kubernetes`) and [`memory`]
+//! (in-process, the test double; with [`memory::Faults`] to script
+//! failures). The first and last take their object semantics from
+//! [`semantics`]; the Kubernetes backend gets them from the API server.
+//! All three pass one shared test suite (`tests.rs`; the Kubernetes run is
+//! in tests/store_kubernetes.rs). Helpers built only on the trait: [`modify`]
 //! (read, change, write, retry on conflict), [`reflect`] (list, watch,
 //! relist), [`typed`] and [`events`].
 //!
@@ -18,6 +21,7 @@
 
 pub mod embedded;
 pub mod events;
+pub mod kubernetes;
 pub mod memory;
 pub mod modify;
 pub mod reflect;
@@ -77,6 +81,15 @@ pub enum StoreError {
     BadResourceVersion(String),
     #[error("malformed object: {0}")]
     Malformed(String),
+    /// The API server's RBAC refused a call (Kubernetes backend).
+    #[error(
+        "forbidden: cannot {verb} {resource}: {message} (grant the verb on the resource to metalherd's ServiceAccount)"
+    )]
+    Forbidden {
+        verb: &'static str,
+        resource: String,
+        message: String,
+    },
     #[error("store backend: {0}")]
     Backend(String),
 }
@@ -207,13 +220,28 @@ pub enum StoreConfig {
     Embedded { path: PathBuf },
     /// In-process only; everything is lost when the process ends.
     Memory,
+    /// Resources on a Kubernetes API server; nothing kept in this process.
+    Kubernetes {
+        /// Kubeconfig file (its current context); the Pod's in-cluster
+        /// configuration when `None`.
+        kubeconfig: Option<PathBuf>,
+        /// Lists and watches across all namespaces read only this one
+        /// when set.
+        namespace: Option<String>,
+    },
 }
 
 /// Open the configured backend.
-pub fn open(config: &StoreConfig) -> Result<Arc<dyn Store>, StoreError> {
+pub async fn open(config: &StoreConfig) -> Result<Arc<dyn Store>, StoreError> {
     Ok(match config {
         StoreConfig::Embedded { path } => Arc::new(embedded::EmbeddedStore::open(path)?),
         StoreConfig::Memory => Arc::new(memory::MemoryStore::new()),
+        StoreConfig::Kubernetes {
+            kubeconfig,
+            namespace,
+        } => Arc::new(
+            kubernetes::KubernetesStore::connect(kubeconfig.as_deref(), namespace.clone()).await?,
+        ),
     })
 }
 

@@ -97,6 +97,17 @@ pub async fn create_booting(store: &dyn Store, m: &Machine, boot_id: &str) -> Ma
 }
 
 pub async fn set_boot(store: &dyn Store, m: &Machine, boot_id: &str) -> Machine {
+    set_boot_for(store, m, boot_id, metalherd::api::BootPurpose::Install).await
+}
+
+/// Give the Machine an open boot with `boot_id` for `purpose`, powered on
+/// for it (its token valid from now).
+pub async fn set_boot_for(
+    store: &dyn Store,
+    m: &Machine,
+    boot_id: &str,
+    purpose: metalherd::api::BootPurpose,
+) -> Machine {
     // The boot recorder may write the Machine's status between our read and
     // our write: read again and retry on a conflict, as production writers do.
     for _ in 0..20 {
@@ -105,11 +116,15 @@ pub async fn set_boot(store: &dyn Store, m: &Machine, boot_id: &str) -> Machine 
             .await
             .expect("get machine");
         let st = cur.status.get_or_insert_with(MachineStatus::default);
-        st.phase = Some(MachinePhase::Provisioning);
+        st.phase = Some(match purpose {
+            metalherd::api::BootPurpose::Install => MachinePhase::Provisioning,
+            metalherd::api::BootPurpose::Reimage => MachinePhase::Reimaging,
+            metalherd::api::BootPurpose::Deprovision => MachinePhase::Deprovisioning,
+        });
         let now = jiff::Timestamp::now();
         st.boot = Some(BootRecord {
             id: boot_id.into(),
-            purpose: metalherd::api::BootPurpose::Install,
+            purpose,
             minted_at: now,
             ..Default::default()
         });

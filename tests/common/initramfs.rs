@@ -2,9 +2,10 @@
 //! built from busybox-static by `deploy/lab/build-initramfs` (its /init
 //! brings the NIC up with udhcpc, fetches the Ignition URL given as
 //! `metalherd.ignition=` on the kernel command line with plain busybox
-//! `wget`, checks it is an Ignition config, calls home `installed`, prints
-//! `METALHERD-INSTALL-DONE` on the console and reboots, which ends a QEMU
-//! started with `-no-reboot`).
+//! `wget`, checks it is an Ignition config and takes its install
+//! instructions from it (a VM without a disk gets nothing written), calls
+//! home `installed`, prints `METALHERD-INSTALL-DONE` on the console and
+//! powers off, which ends the QEMU).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

@@ -20,11 +20,26 @@ pub static LAB_LOCK: Mutex<()> = Mutex::new(());
 /// its Machine and wait until it is Ready. Returns the guard (hold it for
 /// the whole test), the lab and the phases seen on the way.
 pub fn one_ready_vm() -> (MutexGuard<'static, ()>, Lab, Vec<String>) {
+    ready_vms(1, &[])
+}
+
+/// [`one_ready_vm`] with `n` VMs, declared with `env` (see
+/// [`Lab::declare`]), all waited for until Ready; the phases seen are vm1's.
+pub fn ready_vms(n: usize, env: &[(&str, &str)]) -> (MutexGuard<'static, ()>, Lab, Vec<String>) {
     let guard = LAB_LOCK.lock().unwrap_or_else(|e| e.into_inner());
-    let lab = Lab::up(1);
-    lab.declare(&[]);
+    let lab = Lab::up(n);
+    lab.declare(env);
     let mut seen = Vec::new();
     lab.wait_phase("vm1", "Ready", Duration::from_secs(900), &mut seen);
+    for i in 2..=n {
+        let mut others = Vec::new();
+        lab.wait_phase(
+            &format!("vm{i}"),
+            "Ready",
+            Duration::from_secs(900),
+            &mut others,
+        );
+    }
     (guard, lab, seen)
 }
 
@@ -188,6 +203,11 @@ impl Lab {
         s
     }
 
+    /// The disk image of VM `i` (raw; see `lab_disk` to read it).
+    pub fn disk(&self, i: usize) -> PathBuf {
+        self.run.join(format!("vm{i}.img"))
+    }
+
     pub fn console(&self, i: usize) -> String {
         let p = self.run.join(format!("{}-vm{i}.console", self.ns));
         String::from_utf8_lossy(&std::fs::read(p).unwrap_or_default()).into_owned()
@@ -278,7 +298,14 @@ impl Lab {
                     self.machine(name)
                         .map(|m| m.to_string())
                         .unwrap_or_default(),
-                    tail(&self.console(1), 3000),
+                    tail(
+                        &self.console(
+                            name.strip_prefix("vm")
+                                .and_then(|i| i.parse().ok())
+                                .unwrap_or(1)
+                        ),
+                        3000
+                    ),
                     tail(&self.metalherd_log(), 6000)
                 );
             }
@@ -288,6 +315,11 @@ impl Lab {
 
     /// The server's `/metrics` text.
     pub fn metrics(&self) -> String {
+        self.api_get("/metrics")
+    }
+
+    /// An authorized GET of the API (empty on failure).
+    pub fn api_get(&self, path: &str) -> String {
         let token = std::fs::read_to_string(self.run.join("data/api-token")).unwrap_or_default();
         let ca = self.run.join("data/ca.crt");
         let o = self.cmd_in_ns(
@@ -298,10 +330,61 @@ impl Lab {
                 &ca.to_string_lossy(),
                 "-H",
                 &format!("Authorization: Bearer {}", token.trim()),
-                "https://127.0.0.1:7080/metrics",
+                &format!("https://127.0.0.1:7080{path}"),
             ],
         );
         String::from_utf8_lossy(&o.stdout).into_owned()
+    }
+
+    /// Every secret value the lab declared (BMC passwords, the join token)
+    /// is absent from metalherd's logs, its metrics, every Event and every
+    /// Machine's status: where an operator or a log shipper could read it.
+    pub fn assert_no_secret_leaks(&self) {
+        let secrets: Value =
+            serde_json::from_str(&self.api_get("/api/v1/secrets")).expect("secret list");
+        let mut values = Vec::new();
+        for s in secrets["items"].as_array().expect("secret items") {
+            for (k, v) in s["data"].as_object().into_iter().flatten() {
+                if k == "username" {
+                    continue;
+                }
+                let raw = base64::Engine::decode(
+                    &base64::engine::general_purpose::STANDARD,
+                    v.as_str().unwrap_or_default(),
+                )
+                .expect("base64 secret data");
+                values.push(String::from_utf8_lossy(&raw).into_owned());
+            }
+        }
+        assert!(
+            values.len() >= 2,
+            "the lab declares a join token and BMC passwords: {values:?}"
+        );
+        let events = self.api_get("/api/v1/events");
+        assert!(events.contains("\"items\""), "no event list: {events}");
+        let machines: Value =
+            serde_json::from_str(&self.api_get("/apis/metalherd.dev/v1alpha1/machines"))
+                .expect("machine list");
+        let statuses: Vec<String> = machines["items"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|m| m["status"].to_string())
+            .collect();
+        let places = [
+            ("metalherd's log", self.metalherd_log()),
+            ("/metrics", self.metrics()),
+            ("Events", events),
+            ("Machine status", statuses.join("\n")),
+        ];
+        for v in &values {
+            for (place, text) in &places {
+                assert!(
+                    !text.contains(v.as_str()),
+                    "a secret value appears in {place}"
+                );
+            }
+        }
     }
 
     /// A metric's value (first sample whose line starts with `name`).

@@ -13,6 +13,7 @@ pub mod initramfs;
 pub mod ipmi_emulators;
 pub mod kubectl;
 pub mod lab;
+pub mod lab_disk;
 pub mod lan;
 pub mod manifests;
 pub mod netns;

@@ -51,6 +51,11 @@ impl BridgeLab {
 pub enum Firmware {
     Bios,
     Uefi,
+    /// OVMF with its PXE boot options turned off (fw_cfg
+    /// `opt/org.tianocore/IPv4PXESupport` and `IPv6PXESupport` = `n`), so
+    /// the network boot it tries is UEFI HTTP boot: DHCP as `HTTPClient`,
+    /// then the URL the DHCP answer names. No TFTP at all.
+    UefiHttp,
 }
 
 pub struct Vm {
@@ -94,7 +99,7 @@ pub fn start_vm(lab: &BridgeLab, fw: Firmware, mac: &str, work: &Path) -> Vm {
                 format!("virtio-net-pci,netdev=n0,mac={mac},bootindex=1"),
             ]);
         }
-        Firmware::Uefi => {
+        Firmware::Uefi | Firmware::UefiHttp => {
             let code = Path::new("/usr/share/OVMF/OVMF_CODE_4M.fd");
             let vars_src = Path::new("/usr/share/OVMF/OVMF_VARS_4M.fd");
             assert!(
@@ -114,6 +119,14 @@ pub fn start_vm(lab: &BridgeLab, fw: Firmware, mac: &str, work: &Path) -> Vm {
                 "-device".into(),
                 format!("virtio-net-pci,netdev=n0,mac={mac},bootindex=1,romfile="),
             ]);
+            if fw == Firmware::UefiHttp {
+                for v in ["IPv4PXESupport", "IPv6PXESupport"] {
+                    args.extend([
+                        "-fw_cfg".into(),
+                        format!("name=opt/org.tianocore/{v},string=n"),
+                    ]);
+                }
+            }
         }
     }
     let mut cmd = lab

@@ -26,6 +26,8 @@ pub struct Server {
     /// named in test manifests) stays inside it. Dropped last: removing it
     /// kills whatever still runs inside.
     pub ns: Option<Netns>,
+    /// Flags added to `serve`, on every start.
+    pub args: Vec<String>,
 }
 
 impl Server {
@@ -38,16 +40,22 @@ impl Server {
 
     /// Start with a config file holding `yaml` (written into the temp dir).
     pub fn start_with_config(yaml: Option<&str>) -> Server {
-        Server::start_in(yaml, None)
+        Server::start_in(yaml, None, Vec::new())
+    }
+
+    /// Start with a config file holding `yaml` and these extra `serve`
+    /// flags (for example `--store kubernetes --kubeconfig FILE`).
+    pub fn start_with_args(yaml: Option<&str>, args: &[&str]) -> Server {
+        Server::start_in(yaml, None, args.iter().map(|a| a.to_string()).collect())
     }
 
     /// Start in a fresh network namespace with only loopback: for tests whose
     /// manifests name BMCs nobody runs (API and CLI stories).
     pub fn start_isolated() -> Server {
-        Server::start_in(None, Some(Netns::new("mhapi")))
+        Server::start_in(None, Some(Netns::new("mhapi")), Vec::new())
     }
 
-    fn start_in(yaml: Option<&str>, ns: Option<Netns>) -> Server {
+    fn start_in(yaml: Option<&str>, ns: Option<Netns>, args: Vec<String>) -> Server {
         super::require_tool("curl");
         let dir = tempfile::tempdir().expect("tempdir");
         let data_dir = dir.path().join("data");
@@ -55,7 +63,7 @@ impl Server {
             std::fs::write(dir.path().join("config.yaml"), y).expect("config file");
         }
         let addr = format!("127.0.0.1:{}", free_port());
-        let guard = Server::spawn(ns.as_ref(), dir.path(), &data_dir, &addr, 0);
+        let guard = Server::spawn(ns.as_ref(), dir.path(), &data_dir, &addr, &args, 0);
         let url = format!("https://{addr}");
         let mut s = Server {
             guard,
@@ -66,6 +74,7 @@ impl Server {
             token: String::new(),
             starts: 1,
             ns,
+            args,
         };
         s.wait_up();
         s.token = std::fs::read_to_string(s.data_dir.join("api-token"))
@@ -80,11 +89,13 @@ impl Server {
         dir: &std::path::Path,
         data_dir: &std::path::Path,
         addr: &str,
+        args: &[String],
         n: u32,
     ) -> ChildGuard {
         let mut cmd = in_ns(ns, metalherd_bin().to_str().expect("utf-8 path"));
         cmd.args(["serve", "--listen", addr, "--data-dir"])
             .arg(data_dir)
+            .args(args)
             .env("METALHERD_LOG", "info");
         let config = dir.join("config.yaml");
         if config.exists() {
@@ -131,6 +142,7 @@ impl Server {
             self.dir.path(),
             &self.data_dir,
             &self.addr,
+            &self.args,
             self.starts,
         );
         self.starts += 1;

@@ -80,7 +80,8 @@ fn call_home_words_name_steps() {
         assert_eq!(w, s.as_str().to_ascii_lowercase());
     }
     assert_eq!(BootStep::from_callhome("Installed"), None);
-    assert_eq!(BootStep::from_callhome("wiped"), None);
+    assert_eq!(BootStep::from_callhome("wiped"), Some(BootStep::Wiped));
+    assert_eq!(BootStep::from_callhome("Wiped"), None);
     assert_eq!(BootStep::DhcpAck.callhome_word(), None);
 }
 
@@ -106,7 +107,7 @@ fn words_after<'a>(text: &'a str, marker: &str) -> Vec<&'a str> {
 #[test]
 fn scripts_and_the_lab_os_call_home_with_known_steps() {
     let callhome_sh = include_str!("../../../ignition/metalherd-callhome.sh");
-    let files: [(&str, &str, &str); 4] = [
+    let files: [(&str, &str, &str); 5] = [
         (
             "ignition/metalherd-callhome.sh",
             callhome_sh,
@@ -115,6 +116,11 @@ fn scripts_and_the_lab_os_call_home_with_known_steps() {
         (
             "ignition/metalherd-install.sh",
             include_str!("../../../ignition/metalherd-install.sh"),
+            "callhome.sh ",
+        ),
+        (
+            "ignition/metalherd-wipe.sh",
+            include_str!("../../../ignition/metalherd-wipe.sh"),
             "callhome.sh ",
         ),
         (
@@ -137,7 +143,7 @@ fn scripts_and_the_lab_os_call_home_with_known_steps() {
         );
         used.extend(words.into_iter().map(|w| (name, w)));
     }
-    // The word list callhome.sh accepts: `  installed|failed|booted) ;;`.
+    // The word list callhome.sh accepts: `  installed|failed|booted|wiped) ;;`.
     let accepted = callhome_sh
         .lines()
         .skip_while(|l| !l.starts_with("case \"$event\" in"))

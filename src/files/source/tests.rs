@@ -53,6 +53,32 @@ async fn cached_files_follow_changes_on_disk() {
     ));
 }
 
+#[tokio::test]
+async fn open_whole_answers_from_memory_within_the_window_then_looks_again() {
+    let root = tempfile::tempdir().unwrap();
+    let f = root.path().join("ipxe.efi");
+    std::fs::write(&f, b"first").unwrap();
+    let src = DirSource::new(root.path()).unwrap();
+    let whole = |r: Result<(Opened, std::fs::Metadata), SourceError>| match r {
+        Ok((Opened::Memory(b), _)) => Ok(b.to_vec()),
+        Ok((Opened::Disk(_), _)) => panic!("a small file from disk"),
+        Err(e) => Err(e),
+    };
+    assert_eq!(whole(src.open_whole("ipxe.efi").await).unwrap(), b"first");
+    // Removed, but checked a moment ago: still answered from memory.
+    std::fs::remove_file(&f).unwrap();
+    assert_eq!(whole(src.open_whole("ipxe.efi").await).unwrap(), b"first");
+    // Past the window the disk is looked at again.
+    std::thread::sleep(REVALIDATE_AFTER + std::time::Duration::from_millis(50));
+    assert!(matches!(
+        whole(src.open_whole("ipxe.efi").await),
+        Err(SourceError::NotFound)
+    ));
+    // Back, and a name that failed is not remembered as fresh.
+    std::fs::write(&f, b"again").unwrap();
+    assert_eq!(whole(src.open_whole("ipxe.efi").await).unwrap(), b"again");
+}
+
 #[test]
 fn sanitize_refuses_escapes() {
     for bad in [

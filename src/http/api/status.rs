@@ -145,6 +145,9 @@ impl From<StoreError> for ApiError {
                 details: Some(json!({"causes": errs.0.iter().map(cause).collect::<Vec<_>>()})),
             },
             StoreError::Gone { .. } => ApiError::new(StatusCode::GONE, "Expired", e.to_string()),
+            StoreError::Forbidden { .. } => {
+                ApiError::new(StatusCode::FORBIDDEN, "Forbidden", e.to_string())
+            }
             StoreError::Malformed(_) | StoreError::BadResourceVersion(_) => {
                 ApiError::bad_request(e.to_string())
             }
@@ -204,5 +207,13 @@ mod tests {
             c.message
         );
         assert_eq!(c.body()["details"]["group"], "coordination.k8s.io");
+        // The Kubernetes store's RBAC refusal passes through as a 403.
+        let f: ApiError = StoreError::Forbidden {
+            verb: "list",
+            resource: "machines in all namespaces".into(),
+            message: "no".into(),
+        }
+        .into();
+        assert_eq!((f.code, f.reason), (StatusCode::FORBIDDEN, "Forbidden"));
     }
 }

@@ -70,6 +70,8 @@ pub enum Refusal {
     Expired,
     #[error("this config of the boot was already served in full")]
     AlreadyServed,
+    #[error("this boot's purpose does not call for this config")]
+    NotThisBootsConfig,
     #[error("`booted` before `installed`")]
     BootedBeforeInstalled,
     #[error("`wiped` outside a deprovisioning boot")]

@@ -1,8 +1,8 @@
-//! `POST /callhome/{installed|failed|booted}?mac=..&token=..[&reason=..]`:
+//! `POST /callhome/{installed|failed|booted|wiped}?mac=..&token=..[&reason=..]`:
 //! the installer (installed / failed, with a reason in the query or the
-//! body) and the installed OS (booted) report back (`wiped`, a
-//! deprovisioning boot's, follows the same rule once it is a call-home
-//! word: see `access::callhome`). `installed`, `wiped` and `failed`
+//! body), the installed OS (booted) and the wiper of a deprovisioning boot
+//! (wiped / failed) report back (which word fits which boot: see
+//! `access::callhome`). `installed`, `wiped` and `failed`
 //! close the boot (`status.boot.completedAt`, `outcome`), which kills its
 //! token for everything but `booted`; the controller acts on that. Every
 //! accepted call-home is a boot step, taken once and only in the order the
@@ -56,7 +56,7 @@ pub async fn handler(
 
 async fn serve(st: &BootState, peer: SocketAddr, what: &str, q: &str, body: &[u8]) -> Response {
     let Some(what) = BootStep::from_callhome(what) else {
-        return st.bad_request("call-home must be installed, failed or booted");
+        return st.bad_request("call-home must be installed, failed, booted or wiped");
     };
     let p = Params::parse(q);
     let mac = match p.mac() {
@@ -186,6 +186,7 @@ mod tests {
             BootStep::from_callhome("installed"),
             Some(BootStep::Installed)
         );
+        assert_eq!(BootStep::from_callhome("wiped"), Some(BootStep::Wiped));
         assert_eq!(BootStep::from_callhome("nope"), None);
     }
 }

@@ -10,6 +10,10 @@
 //!   tokenTtlSeconds: 2100           # a boot's token lives this long after power-on
 //!   routerAdvertisement:            # off unless present (see src/ra.rs)
 //!     interface: br0
+//!   maxConnections: 1024            # open connections, all clients together
+//!   maxConnectionsPerClient: 32     # open connections from one address
+//!   headerTimeoutSeconds: 15        # to send a request header; idle keep-alive
+//!   stallTimeoutSeconds: 60         # a response the client stops reading
 //! ```
 
 use std::net::SocketAddr;
@@ -18,6 +22,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
+use crate::http::limits::ConnLimits;
 use crate::ra::RaSettings;
 
 use super::script::check_kernel_arg;
@@ -50,6 +55,21 @@ pub struct BootConfig {
     /// IPv6 autoconfiguration wait. Off unless present.
     #[serde(default)]
     pub router_advertisement: Option<RouterAdvertisementConfig>,
+    /// Open connections at most, from all clients together (1024).
+    #[serde(default)]
+    pub max_connections: Option<usize>,
+    /// Open connections at most from one client address (32).
+    #[serde(default)]
+    pub max_connections_per_client: Option<usize>,
+    /// Seconds a client has to send a request header once the server is
+    /// ready for it; also how long a kept-alive connection may sit idle
+    /// (15).
+    #[serde(default)]
+    pub header_timeout_seconds: Option<u64>,
+    /// Seconds a response write may stay blocked because the client does
+    /// not read (60).
+    #[serde(default)]
+    pub stall_timeout_seconds: Option<u64>,
 }
 
 #[derive(Clone, Debug, Default, Deserialize)]
@@ -78,6 +98,8 @@ pub struct BootSettings {
     pub router_advertisement: Option<RaSettings>,
     /// How long a boot's token stays valid (see `access.rs`).
     pub token_ttl: Duration,
+    /// Caps and deadlines of the listener's connections.
+    pub connections: ConnLimits,
 }
 
 /// Token lifetime past the install deadline, when none is configured.
@@ -98,6 +120,8 @@ pub enum BootConfigError {
     Interface(String),
     #[error("boot.tokenTtlSeconds {0}: must be between 60 and 604800")]
     TokenTtl(u64),
+    #[error("boot.{0} {1}: must be between {2} and {3}")]
+    OutOfRange(&'static str, u64, u64, u64),
 }
 
 impl BootConfig {
@@ -119,6 +143,7 @@ impl BootConfig {
             Some(s) => Duration::from_secs(s),
             None => install_deadline.saturating_add(TOKEN_TTL_MARGIN),
         };
+        let connections = self.connection_limits()?;
         let listen_s = self.listen.as_deref().unwrap_or("0.0.0.0:8080");
         let listen: SocketAddr = listen_s
             .parse()
@@ -163,6 +188,51 @@ impl BootConfig {
             wait_seconds: self.wait_seconds.unwrap_or(30).clamp(1, 3600),
             router_advertisement,
             token_ttl,
+            connections,
+        })
+    }
+
+    fn connection_limits(&self) -> Result<ConnLimits, BootConfigError> {
+        let d = ConnLimits::default();
+        let within = |field: &'static str, v: Option<u64>, default: u64, lo: u64, hi: u64| match v {
+            None => Ok(default),
+            Some(v) if (lo..=hi).contains(&v) => Ok(v),
+            Some(v) => Err(BootConfigError::OutOfRange(field, v, lo, hi)),
+        };
+        let count = |n: Option<usize>| n.map(|n| u64::try_from(n).unwrap_or(u64::MAX));
+        let max = within(
+            "maxConnections",
+            count(self.max_connections),
+            d.max as u64,
+            1,
+            65_536,
+        )?;
+        let per_client = within(
+            "maxConnectionsPerClient",
+            count(self.max_connections_per_client),
+            d.per_client as u64,
+            1,
+            max,
+        )?;
+        let header = within(
+            "headerTimeoutSeconds",
+            self.header_timeout_seconds,
+            d.header_timeout.as_secs(),
+            1,
+            3600,
+        )?;
+        let stall = within(
+            "stallTimeoutSeconds",
+            self.stall_timeout_seconds,
+            d.stall_timeout.as_secs(),
+            1,
+            3600,
+        )?;
+        Ok(ConnLimits {
+            max: max as usize,
+            per_client: per_client as usize,
+            header_timeout: Duration::from_secs(header),
+            stall_timeout: Duration::from_secs(stall),
         })
     }
 }
@@ -240,5 +310,34 @@ mod tests {
             let e = c.settings(tmp).unwrap_err().to_string();
             assert!(e.contains("boot.tokenTtlSeconds"), "{e}");
         }
+    }
+
+    #[test]
+    fn connection_limits_default_and_are_bounded() {
+        let tmp = std::path::Path::new("/tmp");
+        let mut c = BootConfig {
+            listen: Some("10.1.0.1:8080".into()),
+            ..Default::default()
+        };
+        assert_eq!(c.settings(tmp).unwrap().connections, ConnLimits::default());
+        c.max_connections = Some(10);
+        c.max_connections_per_client = Some(4);
+        c.header_timeout_seconds = Some(2);
+        c.stall_timeout_seconds = Some(3);
+        let l = c.settings(tmp).unwrap().connections;
+        assert_eq!((l.max, l.per_client), (10, 4));
+        assert_eq!(l.header_timeout, Duration::from_secs(2));
+        assert_eq!(l.stall_timeout, Duration::from_secs(3));
+        // A share above the total, a zero cap, a zero deadline: refused.
+        c.max_connections_per_client = Some(11);
+        let e = c.settings(tmp).unwrap_err().to_string();
+        assert!(e.contains("boot.maxConnectionsPerClient 11"), "{e}");
+        c.max_connections_per_client = None;
+        c.max_connections = Some(0);
+        assert!(c.settings(tmp).is_err());
+        c.max_connections = None;
+        c.header_timeout_seconds = Some(0);
+        let e = c.settings(tmp).unwrap_err().to_string();
+        assert!(e.contains("boot.headerTimeoutSeconds"), "{e}");
     }
 }

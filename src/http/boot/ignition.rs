@@ -1,8 +1,12 @@
-//! `GET /ignition?mac=..&token=..[&stage=install|node]`: a Machine's
+//! `GET /ignition?mac=..&token=..[&stage=install|node|wipe]`: a Machine's
 //! Ignition config, handed only to that machine during its open boot (see
 //! `access.rs` for the rule), each stage in full once (see `once.rs`). The
-//! content comes from an [`IgnitionSource`]; this module only decides who
-//! gets it and records that it was served.
+//! boot's purpose decides which configs it gets ([`IgnitionStage::for_boot`]):
+//! an install or reimage boot its install and node configs, a
+//! deprovisioning boot only the wipe config (asked for as `install`, the
+//! live OS's config, or as `wipe`). The content comes from an
+//! [`IgnitionSource`]; this module only decides who gets it and records
+//! that it was served.
 
 use std::net::SocketAddr;
 use std::pin::Pin;
@@ -19,16 +23,18 @@ use super::access::{Need, Refusal};
 use super::metrics::{Endpoint, ErrorReason};
 use super::once::plain;
 use super::{BootState, Params, reply, update_boot};
-use crate::api::{Machine, MachineClass, ServedConfig};
+use crate::api::{BootPurpose, Machine, MachineClass, ServedConfig};
 use crate::directory::MachineEntry;
 use crate::store::TypedStore;
 use crate::store::events::EventType;
 
-/// Which config is asked for: the live installer's, or the installed node's.
+/// Which config is asked for: the live installer's, the installed node's,
+/// or the live wiper's.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum IgnitionStage {
     Install,
     Node,
+    Wipe,
 }
 
 impl IgnitionStage {
@@ -36,6 +42,7 @@ impl IgnitionStage {
         match s {
             None | Some("install") => Some(IgnitionStage::Install),
             Some("node") => Some(IgnitionStage::Node),
+            Some("wipe") => Some(IgnitionStage::Wipe),
             _ => None,
         }
     }
@@ -43,6 +50,22 @@ impl IgnitionStage {
         match self {
             IgnitionStage::Install => "install",
             IgnitionStage::Node => "node",
+            IgnitionStage::Wipe => "wipe",
+        }
+    }
+
+    /// The config a boot of this purpose gets when `self` is asked for:
+    /// the live OS of a deprovisioning boot (which asks for its config as
+    /// any live OS does, `install`) gets the wipe config and nothing else;
+    /// other boots never get the wipe config. `None`: not this boot's.
+    pub fn for_boot(self, purpose: BootPurpose) -> Option<IgnitionStage> {
+        match (purpose, self) {
+            (BootPurpose::Deprovision, IgnitionStage::Install | IgnitionStage::Wipe) => {
+                Some(IgnitionStage::Wipe)
+            }
+            (BootPurpose::Deprovision, IgnitionStage::Node) => None,
+            (_, IgnitionStage::Wipe) => None,
+            (_, s) => Some(s),
         }
     }
 }
@@ -59,7 +82,7 @@ pub struct IgnitionContext {
     pub base_url: String,
     /// The node config URL (stage `node`) for this boot, token included.
     pub node_config_url: String,
-    /// `POST {callhome_base}/{installed|failed|booted}?mac=..&token=..`
+    /// `POST {callhome_base}/{installed|failed|booted|wiped}?mac=..&token=..`
     pub callhome_base: String,
     /// Query string (`mac=..&token=..`) call-homes must carry.
     pub callhome_query: String,
@@ -114,7 +137,7 @@ async fn serve(st: &Arc<BootState>, peer: SocketAddr, q: &str) -> Response {
         return st.bad_request("token: missing");
     };
     let Some(stage) = IgnitionStage::parse(p.get("stage")) else {
-        return st.bad_request("stage: must be install or node");
+        return st.bad_request("stage: must be install, node or wipe");
     };
     let span = tracing::info_span!("ignition", mac = %crate::api::MacAddr(mac).hyphenated(), peer = %peer.ip(), stage = stage.as_str());
     serve_machine(st, peer, mac, token, stage)
@@ -141,6 +164,10 @@ async fn serve_machine(
     let boot = match st.authorize(&m, &mac, token, peer, Need::OpenBoot) {
         Ok(b) => b.clone(),
         Err(why) => return st.refuse(&m, "IgnitionRefused", &what, peer, why).await,
+    };
+    let Some(stage) = stage.for_boot(boot.purpose) else {
+        let why = Refusal::NotThisBootsConfig;
+        return st.refuse(&m, "IgnitionRefused", &what, peer, why).await;
     };
     if let Some(earlier) = st.served.earlier(&boot, stage) {
         let detail = format!("(served to {} at {})", earlier.address, earlier.at);
@@ -338,4 +365,29 @@ impl IgnitionSource for MinimalIgnition {
 
 fn url_escape(s: &str) -> String {
     url::form_urlencoded::byte_serialize(s.as_bytes()).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_boot_purpose_picks_the_config() {
+        use IgnitionStage::{Install, Node, Wipe};
+        for p in [BootPurpose::Install, BootPurpose::Reimage] {
+            assert_eq!(Install.for_boot(p), Some(Install));
+            assert_eq!(Node.for_boot(p), Some(Node));
+            assert_eq!(Wipe.for_boot(p), None, "{p}: never the wipe config");
+        }
+        let d = BootPurpose::Deprovision;
+        assert_eq!(
+            Install.for_boot(d),
+            Some(Wipe),
+            "the live OS gets the wiper"
+        );
+        assert_eq!(Wipe.for_boot(d), Some(Wipe));
+        assert_eq!(Node.for_boot(d), None, "a wipe boot installs no node");
+        assert_eq!(IgnitionStage::parse(Some("wipe")), Some(Wipe));
+        assert_eq!(IgnitionStage::parse(Some("nope")), None);
+    }
 }

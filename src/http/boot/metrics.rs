@@ -63,6 +63,8 @@ pub struct BootMetrics {
     pub transfers: Family<EndpointLabels, Counter>,
     pub bytes: Family<EndpointLabels, Counter>,
     pub errors: Family<ErrorLabels, Counter>,
+    /// Open, refused and timed-out connections of the boot listener.
+    pub connections: crate::http::limits::ConnMetrics,
 }
 
 impl BootMetrics {
@@ -90,6 +92,7 @@ impl BootMetrics {
             "Boot HTTP errors and aborted transfers, by reason",
             self.errors.clone(),
         );
+        self.connections.register_into(r);
     }
 
     pub fn request(&self, endpoint: Endpoint, status: http::StatusCode) {

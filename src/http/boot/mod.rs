@@ -397,17 +397,25 @@ pub async fn bind(addr: SocketAddr) -> Result<tokio::net::TcpListener, BootError
         .map_err(|source| BootError::Bind { addr, source })
 }
 
-/// Serve until cancelled; in-flight requests get a short drain.
+/// Serve until cancelled, within the configured connection limits;
+/// in-flight requests get a short drain.
 pub async fn serve(
     listener: tokio::net::TcpListener,
     state: Arc<BootState>,
     cancel: CancellationToken,
 ) -> Result<(), BootError> {
-    let app = router(state).into_make_service_with_connect_info::<SocketAddr>();
-    axum::serve(super::no_delay(listener), app)
-        .with_graceful_shutdown(async move { cancel.cancelled().await })
-        .await
-        .map_err(BootError::Serve)
+    let limits = state.settings.connections;
+    let metrics = state.metrics.connections.clone();
+    super::limits::serve(
+        listener,
+        router(state),
+        limits,
+        metrics,
+        cancel,
+        std::time::Duration::from_secs(5),
+    )
+    .await;
+    Ok(())
 }
 
 /// Start the boot HTTP service from `serve`: binds the listener first

@@ -1,4 +1,4 @@
-//! Each config of a boot (install, node) is handed out in full once. A
+//! Each config of a boot (install, node, wipe) is handed out in full once. A
 //! complete transfer is noted here at once (so a second fetch right behind
 //! it is refused) and in the Machine's `status.boot.configsServed` (so a
 //! restart keeps the rule); a transfer cut short notes nothing and may be

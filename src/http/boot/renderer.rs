@@ -45,6 +45,7 @@ impl IgnitionSource for Renderer {
         let stage = match stage {
             IgnitionStage::Install => Stage::Install,
             IgnitionStage::Node => Stage::Node,
+            IgnitionStage::Wipe => Stage::Wipe,
         };
         let config = render(stage, machine, class, &secrets, &rctx)
             .map_err(|e| IgnitionSourceError(e.to_string()))?;

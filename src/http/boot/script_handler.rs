@@ -106,8 +106,15 @@ async fn serve_mac(
                     .refuse(&m, "BootScriptRefused", "install script", peer, why)
                     .await;
             }
+            // A deprovisioning boot's live OS is the wiper (its Ignition
+            // is the wipe config); the script is the same live boot.
+            let kind = if *purpose == BootPurpose::Deprovision {
+                "wipe"
+            } else {
+                "install"
+            };
             match install(st, &m, &mac, boot_id, *purpose, arch, plat).await {
-                Ok(rendered) => ("install", rendered),
+                Ok(rendered) => (kind, rendered),
                 Err(r) => return r,
             }
         }

@@ -18,6 +18,7 @@ use redb::{Database, ReadableDatabase};
 use serde_json::Value;
 use tokio::sync::{broadcast, mpsc};
 
+pub mod snapshot;
 mod tables;
 mod writer;
 
