@@ -381,9 +381,14 @@ fn every_manifest_parses_and_the_crds_are_the_generated_ones() {
         );
     }
 
-    // The token key Secret holds a key of the length serve reads.
+    // The token key Secret is the one leader election reads
+    // (src/leader/token_key.rs), with a key of the length it wants.
     let secret: Secret = typed(&rendered, "Secret");
-    assert_eq!(secret.data.unwrap()["boot-token.key"].0.len(), 32);
+    assert_eq!(
+        secret.metadata.name.as_deref(),
+        Some(metalherd::leader::token_key::SECRET_NAME)
+    );
+    assert_eq!(secret.data.unwrap()["key"].0.len(), 32);
     // The config file parses as metalherd's.
     let cm: ConfigMap = typed(&rendered, "ConfigMap");
     let dir = tempfile::tempdir().unwrap();
@@ -398,8 +403,8 @@ fn the_deployment_runs_with_host_network_two_capabilities_and_real_probes() {
     let rendered = render();
     let d: Deployment = typed(&rendered, "Deployment");
     let spec = d.spec.unwrap();
-    // One replica until leader election lets a second one stand by.
-    assert_eq!(spec.replicas, Some(1));
+    // Two replicas: one leads, one stands by.
+    assert_eq!(spec.replicas, Some(2));
     let pod = spec.template.spec.unwrap();
     assert_eq!(pod.host_network, Some(true));
     assert_eq!(pod.service_account_name.as_deref(), Some("metalherd"));
@@ -458,21 +463,14 @@ fn the_deployment_runs_with_host_network_two_capabilities_and_real_probes() {
             .unwrap();
         assert_eq!(text(&out).0, "200", "probe path {p}, without a token");
     }
-    // The token key is mounted where serve reads it, 0600.
-    let m = c
-        .volume_mounts
-        .iter()
-        .flatten()
-        .find(|m| m.name == "token-key")
-        .unwrap();
-    assert_eq!(m.mount_path, "/var/lib/metalherd/boot-token.key");
-    let v = pod
-        .volumes
-        .iter()
-        .flatten()
-        .find(|v| v.name == "token-key")
-        .unwrap();
-    assert_eq!(v.secret.as_ref().unwrap().default_mode, Some(0o600));
+    // The token key is read from the Secret through the API, not mounted:
+    // serve writes it into its data directory.
+    assert!(
+        !c.volume_mounts
+            .iter()
+            .flatten()
+            .any(|m| m.mount_path.ends_with("boot-token.key"))
+    );
 }
 
 #[test]
