@@ -33,6 +33,7 @@ pub mod files;
 pub mod http;
 pub mod hwtest;
 pub mod ignition;
+pub mod leader;
 pub mod ra;
 pub mod store;
 pub mod telemetry;

@@ -89,6 +89,16 @@ async fn recording_store(calls: Arc<Mutex<BTreeSet<Rule>>>) -> (Server, Arc<dyn 
     let config = kube::Config::from_custom_kubeconfig(kc, &Default::default())
         .await
         .unwrap();
+    // The suite also writes in `lab`, which must exist first; made outside
+    // the recording, as an admin would.
+    let plain = kube::Client::try_from(config.clone()).unwrap();
+    metalherd::store::kubernetes::KubernetesStore::new(plain, None)
+        .create(
+            Kind::Namespace,
+            json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "lab"}}),
+        )
+        .await
+        .unwrap();
     let record =
         tower::util::MapRequestLayer::new(move |req: http::Request<kube::client::Body>| {
             calls
@@ -110,10 +120,12 @@ fn example(name: &str) -> Value {
     serde_yaml::from_str(&std::fs::read_to_string(p).unwrap()).unwrap()
 }
 
-/// One valid object of each kind.
-fn sample(kind: Kind) -> Value {
+/// One valid object of each kind the backend writes in a namespace
+/// (`None` for Namespaces: cluster-scoped, beyond a namespaced Role, and
+/// never written by metalherd in Kubernetes mode).
+fn sample(kind: Kind) -> Option<Value> {
     const T: &str = "2026-01-02T03:04:05Z";
-    match kind {
+    Some(match kind {
         Kind::Machine => suite::machine("sweep", json!({})),
         Kind::MachineClass => example("class-flatcar.yaml"),
         Kind::MachineSet => example("machineset.yaml"),
@@ -127,13 +139,16 @@ fn sample(kind: Kind) -> Value {
             "involvedObject": {"apiVersion": "metalherd.dev/v1alpha1", "kind": "Machine",
                 "namespace": "default", "name": "sweep"},
             "type": "Normal", "reason": "Sweep", "message": "m", "count": 1}),
-    }
+        Kind::Lease => json!({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+            "metadata": {"name": "sweep"}, "spec": {"holderIdentity": "a"}}),
+        Kind::Namespace => return None,
+    })
 }
 
 /// Every store call, on every kind.
 async fn sweep(s: &dyn Store) {
     for kind in Kind::ALL {
-        let obj = sample(kind);
+        let Some(obj) = sample(kind) else { continue };
         let created = s
             .create(kind, obj)
             .await
@@ -366,9 +381,14 @@ fn every_manifest_parses_and_the_crds_are_the_generated_ones() {
         );
     }
 
-    // The token key Secret holds a key of the length serve reads.
+    // The token key Secret is the one leader election reads
+    // (src/leader/token_key.rs), with a key of the length it wants.
     let secret: Secret = typed(&rendered, "Secret");
-    assert_eq!(secret.data.unwrap()["boot-token.key"].0.len(), 32);
+    assert_eq!(
+        secret.metadata.name.as_deref(),
+        Some(metalherd::leader::token_key::SECRET_NAME)
+    );
+    assert_eq!(secret.data.unwrap()["key"].0.len(), 32);
     // The config file parses as metalherd's.
     let cm: ConfigMap = typed(&rendered, "ConfigMap");
     let dir = tempfile::tempdir().unwrap();
@@ -383,8 +403,8 @@ fn the_deployment_runs_with_host_network_two_capabilities_and_real_probes() {
     let rendered = render();
     let d: Deployment = typed(&rendered, "Deployment");
     let spec = d.spec.unwrap();
-    // One replica until leader election lets a second one stand by.
-    assert_eq!(spec.replicas, Some(1));
+    // Two replicas: one leads, one stands by.
+    assert_eq!(spec.replicas, Some(2));
     let pod = spec.template.spec.unwrap();
     assert_eq!(pod.host_network, Some(true));
     assert_eq!(pod.service_account_name.as_deref(), Some("metalherd"));
@@ -443,21 +463,14 @@ fn the_deployment_runs_with_host_network_two_capabilities_and_real_probes() {
             .unwrap();
         assert_eq!(text(&out).0, "200", "probe path {p}, without a token");
     }
-    // The token key is mounted where serve reads it, 0600.
-    let m = c
-        .volume_mounts
-        .iter()
-        .flatten()
-        .find(|m| m.name == "token-key")
-        .unwrap();
-    assert_eq!(m.mount_path, "/var/lib/metalherd/boot-token.key");
-    let v = pod
-        .volumes
-        .iter()
-        .flatten()
-        .find(|v| v.name == "token-key")
-        .unwrap();
-    assert_eq!(v.secret.as_ref().unwrap().default_mode, Some(0o600));
+    // The token key is read from the Secret through the API, not mounted:
+    // serve writes it into its data directory.
+    assert!(
+        !c.volume_mounts
+            .iter()
+            .flatten()
+            .any(|m| m.mount_path.ends_with("boot-token.key"))
+    );
 }
 
 #[test]

@@ -3,7 +3,8 @@
 //! configured from the kubeconfig `metalherd kubeconfig` prints (TLS
 //! verified against the data directory's CA, the token): create, list,
 //! patch status, a watcher that sees the change and resumes across a
-//! restart of the server, delete.
+//! restart of the server, delete. And the Lease a leader election takes:
+//! created, renewed with a precondition, raced for.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod common;
@@ -12,6 +13,8 @@ use std::time::Duration;
 
 use common::server::{Server, text};
 use futures::StreamExt;
+use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::runtime::WatchStreamExt;
@@ -118,5 +121,125 @@ async fn kube_rs_lists_creates_patches_status_and_watches_across_a_restart() {
         .await
         .unwrap();
     assert!(machines.get_opt("rack1-u07").await.unwrap().is_none());
+    tokio::task::spawn_blocking(move || drop(s)).await.unwrap();
+}
+
+/// A Lease named `name` held by `holder`, renewed now.
+fn lease(name: &str, holder: &str) -> Lease {
+    let now = MicroTime(jiff::Timestamp::now());
+    Lease {
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            ..Default::default()
+        },
+        spec: Some(LeaseSpec {
+            holder_identity: Some(holder.into()),
+            lease_duration_seconds: Some(15),
+            acquire_time: Some(now.clone()),
+            renew_time: Some(now),
+            lease_transitions: Some(0),
+            ..Default::default()
+        }),
+    }
+}
+
+fn holder(l: &Lease) -> Option<&str> {
+    l.spec.as_ref()?.holder_identity.as_deref()
+}
+
+/// What leader election needs of the API: a Lease created, read, renewed
+/// with a resourceVersion precondition, and two candidates racing from the
+/// same version: exactly one wins, the other gets 409 Conflict.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kube_rs_elects_a_leader_through_a_lease() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let s = tokio::task::spawn_blocking(Server::start).await.unwrap();
+    // Two candidates, each with its own client (own connections).
+    let a: Api<Lease> = Api::default_namespaced(client(&s).await);
+    let b: Api<Lease> = Api::default_namespaced(client(&s).await);
+    let name = "metalherd-controller";
+    assert!(a.get_opt(name).await.unwrap().is_none());
+    let created = a
+        .create(&PostParams::default(), &lease(name, "a"))
+        .await
+        .unwrap();
+    assert_eq!(holder(&created), Some("a"));
+    let read = b.get(name).await.unwrap();
+    assert_eq!(
+        read.metadata.resource_version,
+        created.metadata.resource_version
+    );
+    assert_eq!(
+        read.spec, created.spec,
+        "MicroTimes kept to the microsecond"
+    );
+    // Creating it again is AlreadyExists.
+    match b.create(&PostParams::default(), &lease(name, "b")).await {
+        Err(kube::Error::Api(e)) => assert_eq!((e.code, e.reason.as_str()), (409, "AlreadyExists")),
+        other => panic!("second create: {other:?}"),
+    }
+
+    // The holder renews with a precondition on what it read.
+    let mut renew = read.clone();
+    renew.spec.as_mut().unwrap().renew_time = Some(MicroTime(jiff::Timestamp::now()));
+    let renewed = a
+        .replace(name, &PostParams::default(), &renew)
+        .await
+        .unwrap();
+    assert_ne!(
+        renewed.metadata.resource_version,
+        read.metadata.resource_version
+    );
+
+    // Rounds of two candidates taking over from the same version.
+    let mut current = renewed;
+    for round in 0..5 {
+        let take = |who: &str| {
+            let mut l = current.clone();
+            let spec = l.spec.as_mut().unwrap();
+            spec.holder_identity = Some(who.into());
+            spec.lease_transitions = Some(spec.lease_transitions.unwrap_or(0) + 1);
+            l
+        };
+        let (la, lb) = (take("a"), take("b"));
+        let pp = PostParams::default();
+        let (ra, rb) = tokio::join!(a.replace(name, &pp, &la), b.replace(name, &pp, &lb));
+        let (won, lost) = match (ra, rb) {
+            (Ok(w), Err(l)) | (Err(l), Ok(w)) => (w, l),
+            (ra, rb) => panic!("round {round}: both {ra:?} and {rb:?}"),
+        };
+        match lost {
+            kube::Error::Api(e) => {
+                assert_eq!((e.code, e.reason.as_str()), (409, "Conflict"), "{e:?}");
+                assert!(
+                    e.message.contains("the object has been modified"),
+                    "{}",
+                    e.message
+                );
+            }
+            other => panic!("round {round}: the loser got {other:?}"),
+        }
+        let stored = a.get(name).await.unwrap();
+        assert_eq!(holder(&stored), holder(&won), "round {round}");
+        assert_eq!(
+            stored.metadata.resource_version,
+            won.metadata.resource_version
+        );
+        current = stored;
+    }
+    assert_eq!(current.spec.as_ref().unwrap().lease_transitions, Some(5));
+
+    // A replace without a resourceVersion may not overwrite a Lease.
+    let mut blind = current.clone();
+    blind.metadata.resource_version = None;
+    match b.replace(name, &PostParams::default(), &blind).await {
+        Err(kube::Error::Api(e)) => assert_eq!(e.code, 422, "{e:?}"),
+        other => panic!("unconditional replace: {other:?}"),
+    }
+    // Leases list, and go.
+    let list = a.list(&ListParams::default()).await.unwrap();
+    assert_eq!(list.items.len(), 1);
+    a.delete(name, &DeleteParams::default()).await.unwrap();
+    assert!(b.get_opt(name).await.unwrap().is_none());
     tokio::task::spawn_blocking(move || drop(s)).await.unwrap();
 }

@@ -11,60 +11,9 @@ mod common;
 
 use std::time::Duration;
 
+use common::kubectl::{kubeconfig, kubectl, kubectl_cmd, ok, require_recent_kubectl};
 use common::server::{Server, text};
 use serde_json::json;
-
-/// Write `metalherd kubeconfig` for `s` into its temp dir; returns the path.
-fn kubeconfig(s: &Server) -> std::path::PathBuf {
-    let out = s.cli(&["kubeconfig"]);
-    let (stdout, stderr) = text(&out);
-    assert!(out.status.success(), "metalherd kubeconfig: {stderr}");
-    let path = s.dir.path().join("kubeconfig");
-    std::fs::write(&path, &stdout).unwrap();
-    path
-}
-
-/// kubectl with `kc` as its only kubeconfig (and a fresh cache).
-fn kubectl_cmd(kc: &std::path::Path) -> std::process::Command {
-    let bin = common::require_tool("kubectl");
-    let mut c = std::process::Command::new(bin);
-    c.env("KUBECONFIG", kc).env("HOME", kc.parent().unwrap());
-    c
-}
-
-fn kubectl(kc: &std::path::Path, args: &[&str]) -> (bool, String, String) {
-    let out = kubectl_cmd(kc).args(args).output().expect("run kubectl");
-    let (o, e) = text(&out);
-    (out.status.success(), o, e)
-}
-
-/// kubectl that must succeed; its stdout.
-fn ok(kc: &std::path::Path, args: &[&str]) -> String {
-    let (ok, out, err) = kubectl(kc, args);
-    assert!(ok, "kubectl {}: {err}\n{out}", args.join(" "));
-    out
-}
-
-/// This suite needs what kubectl 1.27+ does (OpenAPI v3, server-side field
-/// validation); an older kubectl fails it, naming its version.
-fn require_recent_kubectl() {
-    let out = std::process::Command::new(common::require_tool("kubectl"))
-        .args(["version", "--client", "-o", "json"])
-        .output()
-        .expect("kubectl version");
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
-    let minor: u32 = v["clientVersion"]["minor"]
-        .as_str()
-        .unwrap_or("0")
-        .trim_end_matches('+')
-        .parse()
-        .unwrap_or(0);
-    assert!(
-        minor >= 27,
-        "kubectl {} is too old for this suite (it targets 1.32: OpenAPI v3 and server-side field validation)",
-        v["clientVersion"]["gitVersion"]
-    );
-}
 
 const MACHINE: &str = "apiVersion: metalherd.dev/v1alpha1
 kind: Machine
@@ -320,12 +269,17 @@ fn kubectl_discovers_metalherd_and_prints_its_columns() {
         ],
     );
     assert_eq!(out, "dHdv", "base64 of \"two\"");
-    // kubectl create secret sends protobuf: refused, saying so.
-    let (okay, _, err) = kubectl(
-        &kc,
-        &["create", "secret", "generic", "x", "--from-literal=a=b"],
+    // kubectl create secret sends protobuf, read for Secrets.
+    assert_eq!(
+        ok(
+            &kc,
+            &["create", "secret", "generic", "x", "--from-literal=a=b"]
+        )
+        .trim(),
+        "secret/x created"
     );
-    assert!(!okay && err.contains("JSON request bodies only"), "{err}");
+    let out = ok(&kc, &["get", "secret", "x", "-o", "jsonpath={.data.a}"]);
+    assert_eq!(out, "Yg==", "base64 of \"b\"");
     let out = ok(&kc, &["get", "secrets"]);
     let rows: Vec<Vec<&str>> = out
         .lines()
@@ -333,6 +287,7 @@ fn kubectl_discovers_metalherd_and_prints_its_columns() {
         .collect();
     assert_eq!(rows[0], ["NAME", "TYPE", "DATA", "AGE"], "{out}");
     assert_eq!(rows[1][..3], ["rack1-u07-bmc", "Opaque", "2"], "{out}");
+    assert_eq!(rows[2][..3], ["x", "Opaque", "1"], "{out}");
 }
 
 #[test]

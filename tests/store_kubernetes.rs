@@ -36,6 +36,15 @@ pub async fn stand_in_store() -> (Server, Arc<dyn Store>) {
     })
     .await
     .unwrap_or_else(|e| panic!("open the Kubernetes store: {e}"));
+    // The stand-in, like a kube-apiserver, refuses objects in a namespace
+    // that does not exist; the suite also writes in `lab`.
+    store
+        .create(
+            Kind::Namespace,
+            serde_json::json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "lab"}}),
+        )
+        .await
+        .unwrap();
     (s, store)
 }
 

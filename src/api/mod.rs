@@ -1,6 +1,7 @@
 //! Object types of group `metalherd.dev/v1alpha1` (Machine, MachineClass,
-//! MachineSet), the core objects we reuse (Secret, Event), and validation of
-//! manifests with field paths. Pure data: no I/O here.
+//! MachineSet), the Kubernetes objects we reuse (Secret, Event, Namespace,
+//! and coordination.k8s.io's Lease), and validation of manifests with field
+//! paths. Pure data: no I/O here.
 
 // kube-derive's repeated `printcolumn(type_ = ...)` trips this lint by design.
 #![allow(clippy::duplicated_attributes)]
@@ -34,8 +35,12 @@ pub const VERSION: &str = "v1alpha1";
 /// `apiVersion` of metalherd's own objects.
 pub const API_VERSION: &str = "metalherd.dev/v1alpha1";
 
+/// API group of Leases (leader election).
+pub const COORDINATION_GROUP: &str = "coordination.k8s.io";
+
 /// Every kind the store keeps. The API, the CLI and the store agree on these
-/// names; `Secret` and `Event` are core/v1.
+/// names; `Secret`, `Event` and `Namespace` are core/v1, `Lease` is
+/// `coordination.k8s.io/v1`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Kind {
     Machine,
@@ -44,16 +49,20 @@ pub enum Kind {
     Secret,
     Event,
     DiscoveredMachine,
+    Lease,
+    Namespace,
 }
 
 impl Kind {
-    pub const ALL: [Kind; 6] = [
+    pub const ALL: [Kind; 8] = [
         Kind::Machine,
         Kind::MachineClass,
         Kind::MachineSet,
         Kind::Secret,
         Kind::Event,
         Kind::DiscoveredMachine,
+        Kind::Lease,
+        Kind::Namespace,
     ];
 
     /// The `kind` field value.
@@ -65,6 +74,8 @@ impl Kind {
             Kind::Secret => "Secret",
             Kind::Event => "Event",
             Kind::DiscoveredMachine => "DiscoveredMachine",
+            Kind::Lease => "Lease",
+            Kind::Namespace => "Namespace",
         }
     }
 
@@ -77,15 +88,63 @@ impl Kind {
             Kind::Secret => "secrets",
             Kind::Event => "events",
             Kind::DiscoveredMachine => "discoveredmachines",
+            Kind::Lease => "leases",
+            Kind::Namespace => "namespaces",
         }
     }
 
     /// The `apiVersion` objects of this kind carry.
     pub fn api_version(self) -> &'static str {
         match self {
-            Kind::Secret | Kind::Event => "v1",
+            Kind::Secret | Kind::Event | Kind::Namespace => "v1",
+            Kind::Lease => "coordination.k8s.io/v1",
             _ => API_VERSION,
         }
+    }
+
+    /// The kind whose `kind` field value is `s` (exact, as stored).
+    pub fn from_kind_field(s: &str) -> Option<Kind> {
+        Kind::ALL.into_iter().find(|k| k.as_str() == s)
+    }
+
+    /// The API group (`""` for core/v1).
+    pub fn group(self) -> &'static str {
+        match self.api_version().split_once('/') {
+            Some((group, _)) => group,
+            None => "",
+        }
+    }
+
+    /// The group's version (`v1`, `v1alpha1`).
+    pub fn version(self) -> &'static str {
+        match self.api_version().split_once('/') {
+            Some((_, version)) => version,
+            None => self.api_version(),
+        }
+    }
+
+    /// Kubernetes' own kinds (core/v1, coordination.k8s.io), as opposed to
+    /// metalherd's custom resources: strategic merge patches apply to them.
+    pub fn is_builtin(self) -> bool {
+        self.group() != GROUP
+    }
+
+    /// `plural.group` (`leases.coordination.k8s.io`), or the plural alone
+    /// in core/v1: how kube-apiserver names a resource in its messages.
+    pub fn qualified_plural(self) -> String {
+        match self.group() {
+            "" => self.plural().to_string(),
+            g => format!("{}.{g}", self.plural()),
+        }
+    }
+
+    /// Whether a replace (PUT) must name the `resourceVersion` it replaces
+    /// (kube-apiserver's `AllowUnconditionalUpdate() == false`) and creates
+    /// the object when it is missing (`AllowCreateOnUpdate() == true`): so
+    /// for Leases, which leader election writes only with a precondition.
+    /// metalherd's own kinds keep unconditional PUTs (the CLI relies on it).
+    pub fn conditional_put_creates(self) -> bool {
+        self == Kind::Lease
     }
 
     /// Whether the kind has a `/status` subresource (status is only written
@@ -97,7 +156,8 @@ impl Kind {
         )
     }
 
-    /// Whether objects of the kind live in a namespace (every kind so far).
+    /// Whether objects of the kind live in a namespace: all but
+    /// Namespaces themselves, which the store keeps under namespace `""`.
     /// One arm per kind, so a new kind has to say.
     pub fn namespaced(self) -> bool {
         match self {
@@ -106,7 +166,9 @@ impl Kind {
             | Kind::MachineSet
             | Kind::Secret
             | Kind::Event
+            | Kind::Lease
             | Kind::DiscoveredMachine => true,
+            Kind::Namespace => false,
         }
     }
 
@@ -130,6 +192,8 @@ impl Kind {
             "discovered" | "discoveredmachine" | "discoveredmachines" | "dm" => {
                 Kind::DiscoveredMachine
             }
+            "lease" | "leases" => Kind::Lease,
+            "namespace" | "namespaces" | "ns" => Kind::Namespace,
             _ => return None,
         })
     }
@@ -143,6 +207,8 @@ impl Kind {
             Kind::Secret => "secret",
             Kind::Event => "event",
             Kind::DiscoveredMachine => "discoveredmachine",
+            Kind::Lease => "lease",
+            Kind::Namespace => "namespace",
         }
     }
 }

@@ -24,6 +24,7 @@ pub(super) fn router(
         cancel: cancel.clone(),
         metrics: metrics.clone(),
         admission,
+        namespaces: Default::default(),
     };
     let protected =
         crate::http::api::routes(state).merge(crate::http::ops::metrics_routes(registry.clone()));

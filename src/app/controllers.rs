@@ -17,6 +17,7 @@ pub(super) async fn start(
     store: &Arc<dyn Store>,
     registry: &MetricsRegistry,
     lease_releaser: Option<crate::dhcp::server::LeaseReleaser>,
+    fence: Option<tokio::sync::watch::Receiver<bool>>,
     tasks: &mut JoinSet<()>,
     cancel: &CancellationToken,
 ) -> anyhow::Result<()> {
@@ -49,6 +50,7 @@ pub(super) async fn start(
         runner_metrics.clone(),
         lease_releaser
             .map(|r| Arc::new(r) as Arc<dyn crate::controller::machine::execute::AddressReleaser>),
+        fence,
         tasks,
         cancel.clone(),
     )

@@ -2,7 +2,8 @@
 //! the boot services ([`boot`]), the controllers ([`controllers`]) and the
 //! API server ([`api`]) under one cancellation token; fails fast on binds.
 //!
-//! Start-up order: data directory (writable?), store, API token, listener
+//! Start-up order: data directory (writable?), store (and its `default`
+//! namespace), API token, listener
 //! (port free?), TLS identity (the data directory's CA and a fresh server
 //! certificate, or `--tls-cert/--tls-key`), then services. Any of these failing is one clear line and
 //! a non-zero exit, before anything runs. SIGTERM or SIGINT cancel the
@@ -11,6 +12,7 @@
 mod api;
 mod boot;
 mod controllers;
+mod leader;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -38,6 +40,7 @@ pub async fn serve(global: &crate::cli::GlobalArgs, args: ServeArgs) -> anyhow::
     // Flags override the file; bad ones stop here, before anything binds.
     config.dhcp = args.dhcp_flags().apply(config.dhcp.take())?;
     let store_config = args.store_config(&data_dir).map_err(anyhow::Error::msg)?;
+    let election = args.leader_election().map_err(anyhow::Error::msg)?;
     let store: Arc<dyn Store> = match crate::store::open(&store_config).await {
         Ok(s) => s,
         Err(e) if matches!(store_config, StoreConfig::Embedded { .. }) => {
@@ -45,6 +48,16 @@ pub async fn serve(global: &crate::cli::GlobalArgs, args: ServeArgs) -> anyhow::
         }
         Err(e) => anyhow::bail!("cannot open the Kubernetes store: {e}"),
     };
+    // Standalone: `default`, and a Namespace object for each namespace
+    // objects of an older data directory are in. A cluster has its own.
+    if matches!(store_config, StoreConfig::Embedded { .. }) {
+        let created = crate::http::api::namespaces::ensure(&*store)
+            .await
+            .context("creating the default namespace")?;
+        if !created.is_empty() {
+            tracing::info!(namespaces = ?created, "namespaces created");
+        }
+    }
     let token = crate::datadir::load_or_create_token(&data_dir)?;
     let addr: SocketAddr = args.listen.parse().with_context(|| {
         format!(
@@ -70,16 +83,54 @@ pub async fn serve(global: &crate::cli::GlobalArgs, args: ServeArgs) -> anyhow::
     registry.with_registry(crate::bmc::metrics::register);
     let mut tasks: JoinSet<()> = JoinSet::new();
 
-    let started = boot::start(&config, &data_dir, &store, &registry, &mut tasks, &cancel).await?;
-    controllers::start(
-        &config,
-        &store,
-        &registry,
-        started.lease_releaser,
-        &mut tasks,
-        &cancel,
-    )
-    .await?;
+    // Without election this process acts; with it, `leader::run` starts
+    // the boot services and controllers once the Lease is ours.
+    let lost = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    match election {
+        None => {
+            let started =
+                boot::start(&config, &data_dir, &store, &registry, &mut tasks, &cancel).await?;
+            controllers::start(
+                &config,
+                &store,
+                &registry,
+                started.lease_releaser,
+                None,
+                &mut tasks,
+                &cancel,
+            )
+            .await?;
+        }
+        Some(candidate) => {
+            let key = crate::leader::token_key::load_or_create(&*store, &candidate.namespace)
+                .await
+                .context("leader election")?;
+            crate::leader::token_key::install(&key, &data_dir)?;
+            tracing::info!(identity = %candidate.identity, lease = %candidate.name,
+                namespace = %candidate.namespace, "leader election: standing by until the Lease is ours");
+            let (elector, leading) = crate::leader::Elector::new(store.clone(), candidate);
+            let gauge = elector.gauge();
+            registry.with_registry(|r| {
+                r.register(
+                    "leader",
+                    "1 while this replica holds the leader Lease",
+                    gauge,
+                )
+            });
+            tasks.spawn(leader::run(
+                elector,
+                leading,
+                leader::Acting {
+                    config: config.clone(),
+                    data_dir: data_dir.clone(),
+                    store: store.clone(),
+                    registry: registry.clone(),
+                },
+                lost.clone(),
+                cancel.clone(),
+            ));
+        }
+    }
     let admission = crate::http::api::admission::Admission {
         dhcp_proxy: config
             .dhcp
@@ -113,6 +164,10 @@ pub async fn serve(global: &crate::cli::GlobalArgs, args: ServeArgs) -> anyhow::
         tasks.abort_all();
     }
     served.context("API server")?;
+    if lost.load(std::sync::atomic::Ordering::SeqCst) {
+        // Non-zero, so a supervisor restarts this replica as a standby.
+        anyhow::bail!("lost the leader Lease: stopped acting and exited");
+    }
     tracing::info!("metalherd stopped");
     Ok(())
 }

@@ -152,6 +152,10 @@ pub enum BmcError {
         state: String,
         detail: String,
     },
+    /// This replica lost leadership: no action may reach a BMC any more
+    /// (another replica may be acting on the same machine).
+    #[error("power action on BMC {address} refused: this replica is no longer the leader")]
+    NotLeader { address: String },
     /// A test double got a call it was not told to expect.
     #[error("unexpected BMC call: expected {expected}, got {got}")]
     UnexpectedCall { expected: String, got: String },
@@ -174,6 +178,7 @@ impl BmcError {
             BmcError::Config(_) => "BmcConfigError",
             BmcError::TaskFailed { .. } => "BmcTaskFailed",
             BmcError::UnexpectedCall { .. } => "UnexpectedBmcCall",
+            BmcError::NotLeader { .. } => "NotLeader",
         }
     }
 

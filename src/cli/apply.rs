@@ -151,7 +151,7 @@ fn manifest_kind(v: &Value) -> Result<Kind, ApplyError> {
         .find(|x| x.as_str() == k)
         .ok_or_else(|| {
             ApplyError::Doc(format!(
-                "kind: unknown kind {k:?} (metalherd keeps Machine, MachineClass, MachineSet, DiscoveredMachine, Secret, Event)"
+                "kind: unknown kind {k:?} (metalherd keeps Machine, MachineClass, MachineSet, DiscoveredMachine, Secret, Event, Lease)"
             ))
         })?;
     let av = v

@@ -167,10 +167,11 @@ impl ApiClient {
     }
 
     /// URL path of a kind's collection (`ns` None: all namespaces), or of
-    /// one object when `name` is given.
+    /// one object when `name` is given. Cluster-scoped kinds (Namespaces)
+    /// have no namespace in their paths.
     pub fn path(kind: Kind, ns: Option<&str>, name: Option<&str>) -> String {
         let mut p = group_prefix(kind).to_string();
-        if let Some(ns) = ns {
+        if let Some(ns) = ns.filter(|_| kind.namespaced()) {
             p.push_str("/namespaces/");
             p.push_str(ns);
         }
@@ -572,5 +573,13 @@ mod tests {
             "/apis/metalherd.dev/v1alpha1/namespaces/default/machines/m1"
         );
         assert_eq!(ApiClient::path(Kind::Secret, None, None), "/api/v1/secrets");
+        assert_eq!(
+            ApiClient::path(Kind::Namespace, Some("default"), Some("lab")),
+            "/api/v1/namespaces/lab"
+        );
+        assert_eq!(
+            ApiClient::path(Kind::Lease, Some("default"), None),
+            "/apis/coordination.k8s.io/v1/namespaces/default/leases"
+        );
     }
 }

@@ -77,7 +77,7 @@ pub struct DeleteArgs {
 pub fn parse_kind(s: &str) -> anyhow::Result<Kind> {
     Kind::parse(s).ok_or_else(|| {
         anyhow::anyhow!(
-            "unknown kind {s:?}: use machines, machinesets, machineclasses, discovered, secrets or events"
+            "unknown kind {s:?}: use machines, machinesets, machineclasses, discovered, secrets, events, leases or namespaces"
         )
     })
 }

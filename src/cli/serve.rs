@@ -47,6 +47,44 @@ pub struct ServeArgs {
     /// (a namespaced Role is then enough); all namespaces when absent.
     #[arg(long, env = "METALHERD_WATCH_NAMESPACE", value_name = "NAMESPACE")]
     pub watch_namespace: Option<String>,
+    /// With `--store kubernetes` (default on there): replicas elect a
+    /// leader on a Lease; only the leader runs the controllers and the
+    /// boot services, the others serve the API and stand by.
+    #[arg(long, env = "METALHERD_LEADER_ELECT", value_name = "BOOL", num_args = 0..=1, default_missing_value = "true")]
+    pub leader_elect: Option<bool>,
+    /// The Lease leader election competes for.
+    #[arg(long, env = "METALHERD_LEASE_NAME", default_value = "metalherd")]
+    pub lease_name: String,
+    /// The Lease's namespace, also that of the boot-token key Secret
+    /// (default: --watch-namespace, else `default`).
+    #[arg(long, env = "METALHERD_LEASE_NAMESPACE", value_name = "NAMESPACE")]
+    pub lease_namespace: Option<String>,
+    /// How long the Lease holds without a renew (e.g. 15s).
+    #[arg(long, value_parser = parse_duration, default_value = "15s")]
+    pub leader_lease_duration: std::time::Duration,
+    /// How long a leader keeps acting without a successful renew; shorter
+    /// than the lease duration.
+    #[arg(long, value_parser = parse_duration, default_value = "10s")]
+    pub leader_renew_deadline: std::time::Duration,
+    /// How often the Lease is read and renewed (e.g. 2s, 500ms).
+    #[arg(long, value_parser = parse_duration, default_value = "2s")]
+    pub leader_retry_period: std::time::Duration,
+}
+
+/// `500ms` or `15s`.
+fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
+    let (n, unit) = match s.strip_suffix("ms") {
+        Some(n) => (n, 1),
+        None => (
+            s.strip_suffix('s')
+                .ok_or_else(|| format!("{s:?}: give a duration like 15s or 500ms"))?,
+            1000,
+        ),
+    };
+    let n: u64 = n
+        .parse()
+        .map_err(|_| format!("{s:?}: give a duration like 15s or 500ms"))?;
+    Ok(std::time::Duration::from_millis(n * unit))
 }
 
 /// The store backends `serve` can run on.
@@ -79,6 +117,37 @@ impl ServeArgs {
                 namespace: self.watch_namespace.clone(),
             }),
         }
+    }
+
+    /// The leader election to run: `None` in standalone mode or when
+    /// turned off. Bad durations stop here.
+    pub fn leader_election(&self) -> Result<Option<crate::leader::Candidate>, String> {
+        let on = match (self.store, self.leader_elect) {
+            (StoreBackend::Embedded, Some(true)) => {
+                return Err("--leader-elect needs --store kubernetes".into());
+            }
+            (StoreBackend::Embedded, _) | (_, Some(false)) => false,
+            (StoreBackend::Kubernetes, _) => true,
+        };
+        if !on {
+            return Ok(None);
+        }
+        let timing = crate::leader::Timing::new(
+            self.leader_lease_duration,
+            self.leader_renew_deadline,
+            self.leader_retry_period,
+        )
+        .map_err(|e| e.to_string())?;
+        Ok(Some(crate::leader::Candidate {
+            namespace: self
+                .lease_namespace
+                .clone()
+                .or_else(|| self.watch_namespace.clone())
+                .unwrap_or_else(|| "default".into()),
+            name: self.lease_name.clone(),
+            identity: crate::leader::default_identity(),
+            timing,
+        }))
     }
 
     /// The DHCP flags, to lay over the config file's `dhcp:` section.
@@ -132,5 +201,51 @@ mod tests {
         let e = config(&["--kubeconfig", "/k"]).unwrap_err();
         assert!(e.contains("--store kubernetes"), "{e}");
         assert!(config(&["--store", "etcd"]).is_err());
+    }
+
+    fn election(args: &[&str]) -> Result<Option<crate::leader::Candidate>, String> {
+        let cli = Cli::try_parse_from(std::iter::once("serve").chain(args.iter().copied()))
+            .map_err(|e| e.to_string())?;
+        cli.serve.leader_election()
+    }
+
+    #[test]
+    fn leader_election_is_on_in_kubernetes_mode_only() {
+        assert!(election(&[]).unwrap().is_none());
+        assert!(election(&["--leader-elect"]).is_err());
+        let c = election(&["--store", "kubernetes", "--watch-namespace", "lab"])
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            (c.namespace.as_str(), c.name.as_str()),
+            ("lab", "metalherd")
+        );
+        assert_eq!(c.timing, crate::leader::Timing::default());
+        assert!(
+            election(&["--store", "kubernetes", "--leader-elect=false"])
+                .unwrap()
+                .is_none()
+        );
+        let c = election(&[
+            "--store",
+            "kubernetes",
+            "--lease-name",
+            "x",
+            "--lease-namespace",
+            "ops",
+            "--leader-lease-duration",
+            "3s",
+            "--leader-renew-deadline",
+            "2s",
+            "--leader-retry-period",
+            "500ms",
+        ])
+        .unwrap()
+        .unwrap();
+        assert_eq!((c.namespace.as_str(), c.name.as_str()), ("ops", "x"));
+        assert_eq!(c.timing.retry_period, std::time::Duration::from_millis(500));
+        let e = election(&["--store", "kubernetes", "--leader-renew-deadline", "20s"]).unwrap_err();
+        assert!(e.contains("shorter than the lease duration"), "{e}");
+        assert!(election(&["--store", "kubernetes", "--leader-retry-period", "2"]).is_err());
     }
 }

@@ -62,6 +62,8 @@ fn headers(kind: Kind, wide: bool) -> Vec<&'static str> {
             &["NAME", "ADDRESS", "FIRST-SEEN"],
         ),
         Kind::Secret => (&["NAME", "TYPE", "DATA", "AGE"], &[]),
+        Kind::Lease => (&["NAME", "HOLDER", "AGE"], &[]),
+        Kind::Namespace => (&["NAME", "STATUS", "AGE"], &[]),
         Kind::Event => (
             &["LAST SEEN", "TYPE", "REASON", "OBJECT", "MESSAGE"],
             &["COUNT"],
@@ -135,6 +137,8 @@ fn row(kind: Kind, o: &Value, wide: bool, now: Timestamp) -> Vec<String> {
                 .to_string(),
             age,
         ],
+        Kind::Lease => vec![name, s(o, "/spec/holderIdentity").into(), age],
+        Kind::Namespace => vec![name, s(o, "/status/phase").into(), age],
         Kind::Event => vec![
             age_of(
                 ts(o, "/lastTimestamp").or_else(|| ts(o, "/firstTimestamp")),
@@ -172,7 +176,7 @@ fn row(kind: Kind, o: &Value, wide: bool, now: Timestamp) -> Vec<String> {
                 s(o, "/spec/address").to_string(),
                 age_of(ts(o, "/spec/firstSeen"), now),
             ]),
-            Kind::Secret => {}
+            Kind::Secret | Kind::Lease | Kind::Namespace => {}
             Kind::Event => r.push(num(o, "/count")),
         }
     }

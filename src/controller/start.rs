@@ -34,12 +34,16 @@ pub enum StartError {
 }
 
 /// Start the Machine controller's tasks in `tasks`.
+// Each argument is one independent dependency of the controller; a struct
+// would only rename them.
+#[allow(clippy::too_many_arguments)]
 pub async fn start_machine_controller(
     store: Arc<dyn Store>,
     settings: ControllerSettings,
     quirks: Arc<crate::bmc::quirks::QuirkTable>,
     metrics: RunnerMetrics,
     releaser: Option<Arc<dyn crate::controller::machine::execute::AddressReleaser>>,
+    fence: Option<tokio::sync::watch::Receiver<bool>>,
     tasks: &mut JoinSet<()>,
     cancel: CancellationToken,
 ) -> Result<(), StartError> {
@@ -49,8 +53,12 @@ pub async fn start_machine_controller(
         )),
         None => None,
     };
-    let connector: Arc<dyn BmcConnector> =
+    let mut connector: Arc<dyn BmcConnector> =
         Arc::new(StoreConnector::new(store.clone(), settings.bmc_timing).with_quirks(quirks));
+    // With leader election, no BMC action once the Lease is lost.
+    if let Some(leading) = fence {
+        connector = Arc::new(crate::leader::FencedConnector::new(connector, leading));
+    }
     let slots = BootSlots::new(settings.boot_storm_limit);
     let reconciler = MachineReconciler {
         store: store.clone(),

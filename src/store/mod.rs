@@ -252,14 +252,23 @@ pub fn resource_version_of(obj: &Value) -> Option<&str> {
         .filter(|s| !s.is_empty())
 }
 
-/// `(namespace, name)` of an object, with the default namespace filled in.
+/// `(namespace, name)` of an object, with the default namespace filled in;
+/// `""` for the cluster-scoped kinds (Namespaces), told by the `kind` field.
 pub fn key_of(obj: &Value) -> (String, String) {
-    let ns = obj
-        .pointer("/metadata/namespace")
+    let cluster_scoped = obj
+        .get("kind")
         .and_then(Value::as_str)
-        .filter(|s| !s.is_empty())
-        .unwrap_or(DEFAULT_NAMESPACE)
-        .to_string();
+        .and_then(Kind::from_kind_field)
+        .is_some_and(|k| !k.namespaced());
+    let ns = if cluster_scoped {
+        String::new()
+    } else {
+        obj.pointer("/metadata/namespace")
+            .and_then(Value::as_str)
+            .filter(|s| !s.is_empty())
+            .unwrap_or(DEFAULT_NAMESPACE)
+            .to_string()
+    };
     let name = obj
         .pointer("/metadata/name")
         .and_then(Value::as_str)

@@ -60,7 +60,7 @@ fn meta_get<'a>(obj: &'a Value, field: &str) -> Option<&'a Value> {
 }
 
 /// Normalise and validate what a client sent for create/update: apiVersion
-/// and kind filled in, default namespace, Secret `stringData` folded into
+/// and kind filled in, default namespace (none for cluster-scoped kinds), Secret `stringData` folded into
 /// base64 `data`, then the kind's validation.
 pub fn prepare_input(kind: Kind, mut obj: Value) -> Result<Value, StoreError> {
     {
@@ -71,7 +71,11 @@ pub fn prepare_input(kind: Kind, mut obj: Value) -> Result<Value, StoreError> {
         o.insert("kind".into(), kind.as_str().into());
     }
     let (ns, _) = key_of(&obj);
-    meta_mut(&mut obj)?.insert("namespace".into(), ns.into());
+    if kind.namespaced() {
+        meta_mut(&mut obj)?.insert("namespace".into(), ns.into());
+    } else {
+        meta_mut(&mut obj)?.remove("namespace");
+    }
     if kind == Kind::Secret {
         fold_string_data(&mut obj)?;
     }

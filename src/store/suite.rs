@@ -56,6 +56,7 @@ macro_rules! all_tests {
             watch_resumed_from_a_version_sees_every_later_change_once,
             watch_filters_by_namespace_and_labels,
             a_version_the_store_never_gave_is_refused,
+            cluster_scoped_objects_have_no_namespace,
         );
     };
 }
@@ -366,4 +367,37 @@ pub async fn a_version_the_store_never_gave_is_refused(s: Arc<dyn Store>) {
         .err()
         .expect("refused");
     assert!(matches!(e, StoreError::BadResourceVersion(_)), "{e}");
+}
+
+pub async fn cluster_scoped_objects_have_no_namespace(s: Arc<dyn Store>) {
+    let ns = json!({"apiVersion": "v1", "kind": "Namespace",
+        "metadata": {"name": "suite-lab", "namespace": "default"}});
+    let created = s.create(Kind::Namespace, ns).await.unwrap();
+    assert!(created["metadata"].get("namespace").is_none(), "{created}");
+    assert_eq!(created["metadata"]["name"], "suite-lab");
+    s.get(Kind::Namespace, "", "suite-lab").await.unwrap();
+    assert!(
+        s.get(Kind::Namespace, "default", "suite-lab")
+            .await
+            .is_err()
+    );
+    // A server may hold other namespaces (`default`); none has a namespace.
+    let all = s
+        .list(Kind::Namespace, &ListOptions::default())
+        .await
+        .unwrap();
+    assert!(
+        all.items
+            .iter()
+            .any(|n| n["metadata"]["name"] == "suite-lab")
+    );
+    assert!(
+        all.items
+            .iter()
+            .all(|n| n["metadata"].get("namespace").is_none())
+    );
+    match s.delete(Kind::Namespace, "", "suite-lab").await.unwrap() {
+        // A Kubernetes API server finalizes a namespace before it goes.
+        Deleted::Gone(v) | Deleted::Marked(v) => assert_eq!(v["metadata"]["name"], "suite-lab"),
+    }
 }

@@ -33,6 +33,12 @@ impl Object for Secret {
 impl Object for crate::api::Event {
     const KIND: Kind = Kind::Event;
 }
+impl Object for k8s_openapi::api::coordination::v1::Lease {
+    const KIND: Kind = Kind::Lease;
+}
+impl Object for k8s_openapi::api::core::v1::Namespace {
+    const KIND: Kind = Kind::Namespace;
+}
 
 /// Turn a typed object into the JSON the store keeps, with apiVersion and kind.
 pub fn to_value<T: Object>(obj: &T) -> Result<Value, StoreError> {

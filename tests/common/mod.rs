@@ -12,6 +12,7 @@ pub mod dhcp_serve;
 pub mod ignition;
 pub mod initramfs;
 pub mod ipmi_emulators;
+pub mod kubectl;
 pub mod lab;
 pub mod lab_disk;
 pub mod lan;

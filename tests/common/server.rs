@@ -129,7 +129,14 @@ impl Server {
     /// SIGKILL the server and start it again on the same data directory,
     /// address and config (its log goes to `serve.N.log`).
     pub fn kill_and_restart(&mut self) {
+        self.restart_after(|_| {});
+    }
+
+    /// SIGKILL the server, let `between` change its data directory (the
+    /// store is free then), and start it again.
+    pub fn restart_after(&mut self, between: impl FnOnce(&std::path::Path)) {
         self.guard.kill9();
+        between(&self.data_dir);
         self.guard = Server::spawn(
             self.ns.as_ref(),
             self.dir.path(),

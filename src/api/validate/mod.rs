@@ -4,7 +4,7 @@
 //! other objects (class, Secret) are checked by their consumers.
 //!
 //! One file per object kind (`machine.rs`, `machine_class.rs`,
-//! `machine_set.rs`); `common.rs` holds the checks they share (names,
+//! `machine_set.rs`; Kubernetes' own kinds in `builtin.rs`); `common.rs` holds the checks they share (names,
 //! versions, MACs, images and artifacts). This file owns the error types,
 //! the decoding step and the dispatch by kind.
 
@@ -18,11 +18,13 @@ use super::machine::Machine;
 use super::machine_class::MachineClass;
 use super::machine_set::MachineSet;
 
+mod builtin;
 mod common;
 mod machine;
 mod machine_class;
 mod machine_set;
 
+pub use builtin::decode_strict;
 pub use common::{check_version, is_dns_label, is_dns_subdomain};
 pub use machine::{BmcAddress, parse_bmc_address};
 pub use machine_set::{MaxUnavailable, parse_max_unavailable};
@@ -108,6 +110,8 @@ pub fn validate(kind: Kind, obj: &Value) -> Result<(), ValidationErrors> {
             machine_set::validate_set_spec(&s.spec)
         }
         Kind::Secret => validate_secret(obj),
+        Kind::Lease => builtin::validate_lease(obj),
+        Kind::Namespace => builtin::validate_namespace(obj),
         Kind::Event | Kind::DiscoveredMachine => Ok(()),
     }
 }

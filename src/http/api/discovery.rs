@@ -1,7 +1,8 @@
 //! Discovery as kube-apiserver answers it for built-in and custom
-//! resources: `/version`, `/api` (APIVersions), `/api/v1` and
-//! `/apis/metalherd.dev/v1alpha1` (APIResourceList), `/apis`
-//! (APIGroupList) and `/apis/metalherd.dev` (APIGroup). The metalherd
+//! resources: `/version`, `/api` (APIVersions), `/api/v1`,
+//! `/apis/coordination.k8s.io/v1` and `/apis/metalherd.dev/v1alpha1`
+//! (APIResourceList), `/apis` (APIGroupList) and `/apis/{group}`
+//! (APIGroup). The metalherd
 //! kinds are described from their CRDs (names, short names, categories,
 //! subresources), so what `kubectl` discovers is what `metalherd crds`
 //! installs into a cluster.
@@ -18,7 +19,7 @@ use axum::routing::get;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use serde_json::{Value, json};
 
-use crate::api::{API_VERSION, GROUP, VERSION};
+use crate::api::{API_VERSION, COORDINATION_GROUP, GROUP, VERSION};
 
 /// The verbs every served resource supports (no `deletecollection`).
 const VERBS: [&str; 7] = [
@@ -38,11 +39,19 @@ pub fn routes<S: Clone + Send + Sync + 'static>() -> Router<S> {
         .route("/apis", get(|| async { json_response(group_list()) }))
         .route(
             &format!("/apis/{GROUP}"),
-            get(|| async { json_response(group()) }),
+            get(|| async { json_response(group(GROUP, VERSION)) }),
         )
         .route(
             &format!("/apis/{GROUP}/{VERSION}"),
             get(|| async { json_response(metalherd_resources()) }),
+        )
+        .route(
+            &format!("/apis/{COORDINATION_GROUP}"),
+            get(|| async { json_response(group(COORDINATION_GROUP, "v1")) }),
+        )
+        .route(
+            &format!("/apis/{COORDINATION_GROUP}/v1"),
+            get(|| async { json_response(coordination_resources()) }),
         )
 }
 
@@ -86,51 +95,73 @@ async fn api_versions(headers: HeaderMap) -> Response {
     }))
 }
 
-fn group_version() -> Value {
-    json!({"groupVersion": API_VERSION, "version": VERSION})
+fn group_version(group: &str, version: &str) -> Value {
+    json!({"groupVersion": format!("{group}/{version}"), "version": version})
 }
 
-fn group() -> Value {
+fn group(name: &str, version: &str) -> Value {
     json!({
         "kind": "APIGroup",
         "apiVersion": "v1",
-        "name": GROUP,
-        "versions": [group_version()],
-        "preferredVersion": group_version(),
+        "name": name,
+        "versions": [group_version(name, version)],
+        "preferredVersion": group_version(name, version),
     })
 }
 
+/// `/apis`: the built-in groups first, then the custom resources' group,
+/// in kube-apiserver's order.
 fn group_list() -> Value {
-    let mut g = group();
-    if let Some(o) = g.as_object_mut() {
-        o.remove("kind");
-        o.remove("apiVersion");
-    }
-    json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": [g]})
+    let groups: Vec<Value> = [(COORDINATION_GROUP, "v1"), (GROUP, VERSION)]
+        .into_iter()
+        .map(|(name, version)| {
+            let mut g = group(name, version);
+            if let Some(o) = g.as_object_mut() {
+                o.remove("kind");
+                o.remove("apiVersion");
+            }
+            g
+        })
+        .collect();
+    json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": groups})
 }
 
-/// `/api/v1`: Secrets and Events, as kube-apiserver lists them.
+/// A built-in resource as kube-apiserver lists it.
+fn builtin(name: &str, singular: &str, kind: &str, short: &[&str]) -> Value {
+    let mut r = json!({
+        "name": name,
+        "singularName": singular,
+        "namespaced": kind != "Namespace",
+        "kind": kind,
+        "verbs": VERBS,
+    });
+    if !short.is_empty() {
+        r["shortNames"] = json!(short);
+    }
+    r
+}
+
+/// `/api/v1`: Events, Namespaces and Secrets, as kube-apiserver lists
+/// them.
 pub fn core_resources() -> Value {
-    let resource = |name: &str, singular: &str, kind: &str, short: &[&str]| {
-        let mut r = json!({
-            "name": name,
-            "singularName": singular,
-            "namespaced": true,
-            "kind": kind,
-            "verbs": VERBS,
-        });
-        if !short.is_empty() {
-            r["shortNames"] = json!(short);
-        }
-        r
-    };
     json!({
         "kind": "APIResourceList",
         "groupVersion": "v1",
         "resources": [
-            resource("events", "event", "Event", &["ev"]),
-            resource("secrets", "secret", "Secret", &[]),
+            builtin("events", "event", "Event", &["ev"]),
+            builtin("namespaces", "namespace", "Namespace", &["ns"]),
+            builtin("secrets", "secret", "Secret", &[]),
         ],
+    })
+}
+
+/// `/apis/coordination.k8s.io/v1`: Leases.
+pub fn coordination_resources() -> Value {
+    json!({
+        "kind": "APIResourceList",
+        "apiVersion": "v1",
+        "groupVersion": format!("{COORDINATION_GROUP}/v1"),
+        "resources": [builtin("leases", "lease", "Lease", &[])],
     })
 }
 
@@ -228,19 +259,36 @@ mod tests {
         let core = core_resources();
         assert_eq!(find(&core, "events")["shortNames"], json!(["ev"]));
         assert_eq!(find(&core, "secrets")["kind"], "Secret");
+        let ns = find(&core, "namespaces");
+        assert_eq!(
+            (&ns["namespaced"], &ns["shortNames"]),
+            (&json!(false), &json!(["ns"]))
+        );
+        let coordination = coordination_resources();
+        assert_eq!(coordination["groupVersion"], "coordination.k8s.io/v1");
+        let leases = find(&coordination, "leases");
+        assert_eq!(
+            (&leases["kind"], &leases["namespaced"]),
+            (&json!("Lease"), &json!(true))
+        );
     }
 
     #[test]
     fn group_documents_name_the_preferred_version() {
         let l = group_list();
         assert_eq!(l["kind"], "APIGroupList");
-        let g = &l["groups"][0];
+        let g = &l["groups"][1];
         assert_eq!(g["name"], "metalherd.dev");
         assert_eq!(
             g["preferredVersion"]["groupVersion"],
             "metalherd.dev/v1alpha1"
         );
         assert!(g.get("kind").is_none());
-        assert_eq!(group()["kind"], "APIGroup");
+        assert_eq!(l["groups"][0]["name"], "coordination.k8s.io");
+        assert_eq!(
+            l["groups"][0]["preferredVersion"]["groupVersion"],
+            "coordination.k8s.io/v1"
+        );
+        assert_eq!(group(GROUP, VERSION)["kind"], "APIGroup");
     }
 }

@@ -13,12 +13,13 @@ use serde_json::{Value, json};
 
 use super::fields::FieldSelector;
 use super::normalize::normalize;
+use super::protobuf::{self, ProtobufError};
 use super::table::{self, IncludeObject};
 use super::watch::Shape;
-use super::{ApiError, ApiState, Group};
+use super::{ApiError, ApiState, Group, namespaces};
 use crate::api::Kind;
 use crate::api::validate::validate;
-use crate::store::{Deleted, ListOptions, Selector, StoreError, modify, resource_version_of};
+use crate::store::{Deleted, ListOptions, Selector, StoreError, resource_version_of};
 
 /// Query parameters of lists and watches.
 #[derive(Debug, Default, Deserialize)]
@@ -46,6 +47,18 @@ pub(super) fn kind_of(group: Group, plural: &str) -> Result<Kind, ApiError> {
         .ok_or_else(|| ApiError::not_found(format!("the server does not serve {plural:?}")))
 }
 
+/// A kind whose objects live in namespaces (the `/namespaces/{ns}/` routes).
+pub(super) fn namespaced_kind(group: Group, plural: &str) -> Result<Kind, ApiError> {
+    let kind = kind_of(group, plural)?;
+    if kind.namespaced() {
+        Ok(kind)
+    } else {
+        Err(ApiError::not_found(
+            "the server could not find the requested resource",
+        ))
+    }
+}
+
 fn check_ns(ns: &str) -> Result<(), ApiError> {
     if crate::api::validate::is_dns_label(ns) {
         Ok(())
@@ -67,7 +80,7 @@ pub async fn list_namespaced(
 ) -> Res {
     check_ns(&ns)?;
     let q = query(q)?;
-    list_or_watch(st, kind_of(group, &plural)?, Some(ns), q, &headers).await
+    list_or_watch(st, namespaced_kind(group, &plural)?, Some(ns), q, &headers).await
 }
 
 pub async fn list_all(
@@ -141,10 +154,30 @@ pub async fn get_one(
     headers: HeaderMap,
     q: Result<Query<ListQuery>, QueryRejection>,
 ) -> Res {
-    let kind = kind_of(group, &plural)?;
-    let q = query(q)?;
-    let v = st.store.get(kind, &ns, &name).await?;
-    if table::wanted(&headers) {
+    let kind = namespaced_kind(group, &plural)?;
+    read(&st, kind, &ns, &name, &headers, query(q)?).await
+}
+
+/// GET `/api/v1/namespaces/{name}`.
+pub async fn get_namespace(
+    State(st): State<ApiState>,
+    Path(name): Path<String>,
+    headers: HeaderMap,
+    q: Result<Query<ListQuery>, QueryRejection>,
+) -> Res {
+    read(&st, Kind::Namespace, "", &name, &headers, query(q)?).await
+}
+
+async fn read(
+    st: &ApiState,
+    kind: Kind,
+    ns: &str,
+    name: &str,
+    headers: &HeaderMap,
+    q: ListQuery,
+) -> Res {
+    let v = st.store.get(kind, ns, name).await?;
+    if table::wanted(headers) {
         let include = IncludeObject::parse(q.include_object.as_deref());
         let rv = v
             .pointer("/metadata/resourceVersion")
@@ -158,23 +191,24 @@ pub async fn get_one(
 }
 
 pub async fn get_status(
-    st: State<ApiState>,
-    group: Extension<Group>,
-    path: Path<(String, String, String)>,
+    State(st): State<ApiState>,
+    Extension(group): Extension<Group>,
+    Path((ns, plural, name)): Path<(String, String, String)>,
 ) -> Res {
-    status_kind(group.0, &path.1)?;
-    get_one(
-        st,
-        group,
-        path,
-        HeaderMap::new(),
-        Ok(Query(ListQuery::default())),
+    let kind = status_kind(group, &plural)?;
+    read(
+        &st,
+        kind,
+        &ns,
+        &name,
+        &HeaderMap::new(),
+        ListQuery::default(),
     )
     .await
 }
 
-fn status_kind(group: Group, plural: &str) -> Result<Kind, ApiError> {
-    let kind = kind_of(group, plural)?;
+pub(super) fn status_kind(group: Group, plural: &str) -> Result<Kind, ApiError> {
+    let kind = namespaced_kind(group, plural)?;
     if kind.has_status() {
         Ok(kind)
     } else {
@@ -184,22 +218,40 @@ fn status_kind(group: Group, plural: &str) -> Result<Kind, ApiError> {
     }
 }
 
-/// Refuse bodies in encodings other than JSON with a clear 415 (kubectl
-/// sends built-in kinds as protobuf from `kubectl create secret` and the
-/// like; client-go does not fall back from protobuf).
-fn json_content(headers: &HeaderMap) -> Result<(), ApiError> {
-    let ct = headers
+pub(super) fn content_type(headers: &HeaderMap) -> &str {
+    headers
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
-        .unwrap_or_default();
-    if ct.starts_with("application/vnd.kubernetes.protobuf") || ct.starts_with("application/cbor") {
-        return Err(ApiError::new(
+        .unwrap_or_default()
+}
+
+/// The object a create or replace sends: JSON, or for Namespaces and
+/// Secrets the protobuf kubectl's typed clients send (`kubectl create
+/// namespace`, `kubectl create secret`; client-go does not fall back from
+/// protobuf). Other encodings get a clear 415.
+fn body_object(kind: Kind, headers: &HeaderMap, body: &Bytes) -> Result<Value, ApiError> {
+    let ct = content_type(headers);
+    let unsupported = |detail: String| {
+        ApiError::new(
             StatusCode::UNSUPPORTED_MEDIA_TYPE,
             "UnsupportedMediaType",
-            format!("the server accepts JSON request bodies only, got {ct:?}"),
-        ));
+            detail,
+        )
+    };
+    if ct.starts_with("application/vnd.kubernetes.protobuf") {
+        return protobuf::decode(kind, body).map_err(|e| match e {
+            ProtobufError::Unsupported(_) => unsupported(format!(
+                "the server accepts JSON request bodies only (and protobuf for Namespaces and Secrets), got {ct:?}"
+            )),
+            ProtobufError::Malformed(_) => ApiError::bad_request(e.to_string()),
+        });
     }
-    Ok(())
+    if ct.starts_with("application/cbor") {
+        return Err(unsupported(format!(
+            "the server accepts JSON request bodies only, got {ct:?}"
+        )));
+    }
+    parse_body(body)
 }
 
 /// Parse a JSON body into an object.
@@ -217,8 +269,13 @@ fn meta_str<'a>(v: &'a Value, field: &str) -> Option<&'a str> {
 }
 
 /// Check apiVersion/kind/namespace/name against the URL and fill what the
-/// body leaves out.
-fn conform(kind: Kind, ns: &str, name: Option<&str>, v: &mut Value) -> Result<(), ApiError> {
+/// body leaves out (a cluster-scoped object's namespace is dropped).
+pub(super) fn conform(
+    kind: Kind,
+    ns: &str,
+    name: Option<&str>,
+    v: &mut Value,
+) -> Result<(), ApiError> {
     if let Some(k) = v.get("kind").and_then(Value::as_str)
         && k != kind.as_str()
     {
@@ -237,6 +294,7 @@ fn conform(kind: Kind, ns: &str, name: Option<&str>, v: &mut Value) -> Result<()
     if let Some(bns) = meta_str(v, "namespace")
         && !bns.is_empty()
         && bns != ns
+        && kind.namespaced()
     {
         return Err(ApiError::bad_request(format!(
             "the namespace of the object ({bns:?}) does not match the namespace of the URL ({ns:?})"
@@ -261,7 +319,11 @@ fn conform(kind: Kind, ns: &str, name: Option<&str>, v: &mut Value) -> Result<()
     let Some(meta) = meta.as_object_mut() else {
         return Err(ApiError::bad_request("metadata must be an object"));
     };
-    meta.insert("namespace".into(), ns.into());
+    if kind.namespaced() {
+        meta.insert("namespace".into(), ns.into());
+    } else {
+        meta.remove("namespace");
+    }
     if let Some(name) = name {
         meta.insert("name".into(), name.into());
     }
@@ -276,7 +338,7 @@ pub(super) fn checked(kind: Kind, v: &Value) -> Result<Value, ApiError> {
 }
 
 /// [`checked`], then this deployment's rules ([`super::admission`]).
-fn admitted(st: &ApiState, kind: Kind, v: &Value) -> Result<Value, ApiError> {
+pub(super) fn admitted(st: &ApiState, kind: Kind, v: &Value) -> Result<Value, ApiError> {
     let v = checked(kind, v)?;
     let name = meta_str(&v, "name").unwrap_or_default().to_string();
     st.admission
@@ -292,11 +354,44 @@ pub async fn create(
     headers: HeaderMap,
     body: Bytes,
 ) -> Res {
-    json_content(&headers)?;
     check_ns(&ns)?;
+    let kind = namespaced_kind(group, &plural)?;
+    create_object(&st, kind, &ns, &headers, &body).await
+}
+
+/// POST `/{plural}`: creates cluster-scoped objects (Namespaces); a
+/// namespaced kind is created under `/namespaces/{ns}/` only.
+pub async fn create_cluster(
+    State(st): State<ApiState>,
+    Extension(group): Extension<Group>,
+    Path(plural): Path<String>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Res {
     let kind = kind_of(group, &plural)?;
-    let mut v = parse_body(&body)?;
-    conform(kind, &ns, None, &mut v)?;
+    if kind.namespaced() {
+        return Err(method_not_allowed());
+    }
+    create_object(&st, kind, "", &headers, &body).await
+}
+
+pub(super) fn method_not_allowed() -> ApiError {
+    ApiError::new(
+        StatusCode::METHOD_NOT_ALLOWED,
+        "MethodNotAllowed",
+        "the server does not allow this method on the requested resource",
+    )
+}
+
+async fn create_object(
+    st: &ApiState,
+    kind: Kind,
+    ns: &str,
+    headers: &HeaderMap,
+    body: &Bytes,
+) -> Res {
+    let mut v = body_object(kind, headers, body)?;
+    conform(kind, ns, None, &mut v)?;
     if let Some(obj) = v.as_object_mut() {
         // Status is written through /status only, as in Kubernetes.
         if kind.has_status() {
@@ -314,7 +409,12 @@ pub async fn create(
             }
         }
     }
-    let v = admitted(&st, kind, &v)?;
+    // The namespace first, as kube-apiserver's admission does.
+    let _in_ns = match kind.namespaced() {
+        true => Some(namespaces::require(st, ns).await?),
+        false => None,
+    };
+    let v = admitted(st, kind, &v)?;
     let created = st.store.create(kind, v).await?;
     Ok(ok_json(StatusCode::CREATED, &created))
 }
@@ -326,11 +426,48 @@ pub async fn replace(
     headers: HeaderMap,
     body: Bytes,
 ) -> Res {
-    json_content(&headers)?;
-    let kind = kind_of(group, &plural)?;
-    let mut v = parse_body(&body)?;
-    conform(kind, &ns, Some(&name), &mut v)?;
-    let v = admitted(&st, kind, &v)?;
+    let kind = namespaced_kind(group, &plural)?;
+    replace_object(&st, kind, &ns, &name, &headers, &body).await
+}
+
+/// PUT `/api/v1/namespaces/{name}`.
+pub async fn replace_namespace(
+    State(st): State<ApiState>,
+    Path(name): Path<String>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Res {
+    replace_object(&st, Kind::Namespace, "", &name, &headers, &body).await
+}
+
+async fn replace_object(
+    st: &ApiState,
+    kind: Kind,
+    ns: &str,
+    name: &str,
+    headers: &HeaderMap,
+    body: &Bytes,
+) -> Res {
+    let mut v = body_object(kind, headers, body)?;
+    conform(kind, ns, Some(name), &mut v)?;
+    let v = admitted(st, kind, &v)?;
+    if kind.conditional_put_creates() && resource_version_of(&v).is_none() {
+        // A Lease: a PUT without a resourceVersion creates it, and may not
+        // overwrite one that exists (kube-apiserver's lease strategy).
+        let _in_ns = namespaces::require(st, ns).await?;
+        return match st.store.create(kind, v).await {
+            Ok(created) => Ok(ok_json(StatusCode::CREATED, &created)),
+            Err(StoreError::AlreadyExists { .. }) => Err(ApiError::invalid(
+                kind,
+                name,
+                &crate::api::ValidationErrors::single(
+                    "metadata.resourceVersion",
+                    "Invalid value: 0x0: must be specified for an update",
+                ),
+            )),
+            Err(e) => Err(e.into()),
+        };
+    }
     let updated = st.store.update(kind, v).await?;
     Ok(ok_json(StatusCode::OK, &updated))
 }
@@ -342,169 +479,12 @@ pub async fn replace_status(
     headers: HeaderMap,
     body: Bytes,
 ) -> Res {
-    json_content(&headers)?;
     let kind = status_kind(group, &plural)?;
-    let mut v = parse_body(&body)?;
+    let mut v = body_object(kind, &headers, &body)?;
     conform(kind, &ns, Some(&name), &mut v)?;
     let v = checked(kind, &v)?;
     let updated = st.store.update_status(kind, v).await?;
     Ok(ok_json(StatusCode::OK, &updated))
-}
-
-pub async fn patch(
-    State(st): State<ApiState>,
-    Extension(group): Extension<Group>,
-    Path((ns, plural, name)): Path<(String, String, String)>,
-    headers: HeaderMap,
-    body: Bytes,
-) -> Res {
-    let kind = kind_of(group, &plural)?;
-    merge_patch(st, kind, &ns, &name, &headers, &body, false).await
-}
-
-pub async fn patch_status(
-    State(st): State<ApiState>,
-    Extension(group): Extension<Group>,
-    Path((ns, plural, name)): Path<(String, String, String)>,
-    headers: HeaderMap,
-    body: Bytes,
-) -> Res {
-    let kind = status_kind(group, &plural)?;
-    merge_patch(st, kind, &ns, &name, &headers, &body, true).await
-}
-
-/// PATCH bodies are JSON merge patches: refuse any other Content-Type.
-pub(super) fn merge_patch_type(headers: &HeaderMap) -> Result<(), ApiError> {
-    let ct = headers
-        .get(header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or_default();
-    if ct.starts_with("application/merge-patch+json") {
-        return Ok(());
-    }
-    Err(ApiError::new(
-        StatusCode::UNSUPPORTED_MEDIA_TYPE,
-        "UnsupportedMediaType",
-        format!("PATCH supports Content-Type application/merge-patch+json only, got {ct:?}"),
-    ))
-}
-
-/// Apply a JSON merge patch to the stored object and write it back. A patch
-/// that names a resourceVersion is a precondition; without one, a conflict
-/// with a concurrent writer is retried on the fresh object.
-async fn merge_patch(
-    st: ApiState,
-    kind: Kind,
-    ns: &str,
-    name: &str,
-    headers: &HeaderMap,
-    body: &Bytes,
-    status: bool,
-) -> Res {
-    let ct = headers
-        .get(header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or_default();
-    let strategic = ct.starts_with("application/strategic-merge-patch+json");
-    let json_patch = ct.starts_with("application/json-patch+json");
-    // Strategic merge patches only for the built-in kinds, as in Kubernetes.
-    let accepted = ct.starts_with("application/merge-patch+json")
-        || json_patch
-        || (strategic && kind.api_version() == "v1");
-    if !accepted {
-        return Err(ApiError::new(
-            StatusCode::UNSUPPORTED_MEDIA_TYPE,
-            "UnsupportedMediaType",
-            format!(
-                "PATCH supports Content-Type application/merge-patch+json, application/json-patch+json (and application/strategic-merge-patch+json for Secrets and Events), got {ct:?}"
-            ),
-        ));
-    }
-    let (patch, ops) = if json_patch {
-        // RFC 6902: a list of operations; a `test` of the resourceVersion
-        // is the way to make it conditional.
-        let ops: json_patch::Patch = serde_json::from_slice(body)
-            .map_err(|e| ApiError::bad_request(format!("request body is not a JSON patch: {e}")))?;
-        (Value::Null, Some(ops))
-    } else {
-        (parse_body(body)?, None)
-    };
-    if strategic {
-        plain_strategic(&patch)?;
-    }
-    let precondition = resource_version_of(&patch).is_some();
-    // A client-given resourceVersion is a precondition: one attempt only.
-    let attempts = if precondition { 1 } else { modify::ATTEMPTS };
-    let target = if status {
-        modify::Target::Status
-    } else {
-        modify::Target::Object
-    };
-    let written = modify::modify(&*st.store, kind, ns, name, target, attempts, |current| {
-        let Some(current) = current else {
-            return Ok(None);
-        };
-        let mut merged = current.clone();
-        match &ops {
-            Some(ops) => json_patch::patch(&mut merged, ops).map_err(|e| {
-                ApiError::new(
-                    StatusCode::UNPROCESSABLE_ENTITY,
-                    "Invalid",
-                    format!("the JSON patch cannot be applied: {e}"),
-                )
-            })?,
-            None => json_patch::merge(&mut merged, &patch),
-        }
-        if !precondition
-            && let (Some(m), Some(rv)) = (
-                merged.get_mut("metadata").and_then(Value::as_object_mut),
-                current.pointer("/metadata/resourceVersion").cloned(),
-            )
-        {
-            m.insert("resourceVersion".into(), rv);
-        }
-        conform(kind, ns, Some(name), &mut merged)?;
-        if status {
-            Ok::<_, ApiError>(Some(checked(kind, &merged)?))
-        } else {
-            Ok(Some(admitted(&st, kind, &merged)?))
-        }
-    })
-    .await?;
-    match written {
-        Some(v) => Ok(ok_json(StatusCode::OK, &v)),
-        None => Err(StoreError::NotFound {
-            kind,
-            namespace: ns.to_string(),
-            name: name.to_string(),
-        }
-        .into()),
-    }
-}
-
-/// A strategic merge patch of a Secret or Event is a JSON merge patch as
-/// long as it holds no lists (merged by key there) and no `$` directives:
-/// what `kubectl apply` sends for a Secret's data. Anything else is refused.
-fn plain_strategic(v: &Value) -> Result<(), ApiError> {
-    let refuse = |what: &str| {
-        Err(ApiError::new(
-            StatusCode::UNSUPPORTED_MEDIA_TYPE,
-            "UnsupportedMediaType",
-            format!(
-                "this strategic merge patch holds {what}: only map merges are supported; use application/merge-patch+json"
-            ),
-        ))
-    };
-    match v {
-        Value::Array(_) => refuse("a list"),
-        Value::Object(m) => {
-            if let Some(k) = m.keys().find(|k| k.starts_with('$')) {
-                return refuse(&format!("the directive {k:?}"));
-            }
-            m.values().try_for_each(plain_strategic)
-        }
-        _ => Ok(()),
-    }
 }
 
 pub async fn delete(
@@ -512,10 +492,15 @@ pub async fn delete(
     Extension(group): Extension<Group>,
     Path((ns, plural, name)): Path<(String, String, String)>,
 ) -> Res {
-    let kind = kind_of(group, &plural)?;
+    let kind = namespaced_kind(group, &plural)?;
     match st.store.delete(kind, &ns, &name).await? {
         Deleted::Gone(v) => Ok(ok_json(StatusCode::OK, &v)),
         // Finalizers remain: the object is marked and goes later.
         Deleted::Marked(v) => Ok(ok_json(StatusCode::ACCEPTED, &v)),
     }
+}
+
+/// DELETE `/api/v1/namespaces/{name}`: see [`namespaces::delete`].
+pub async fn delete_namespace(State(st): State<ApiState>, Path(name): Path<String>) -> Res {
+    namespaces::delete(&st, &name).await
 }

@@ -1,7 +1,9 @@
 //! The Kubernetes-shaped REST API over the [`Store`]:
 //! `/apis/metalherd.dev/v1alpha1/namespaces/{ns}/{plural}[/{name}[/status|/scale]]`,
-//! `/api/v1/namespaces/{ns}/{secrets|events}[/{name}]`, and both without
-//! `namespaces/{ns}` for lists across namespaces. GET, LIST (label
+//! `/api/v1/namespaces/{ns}/{secrets|events}[/{name}]`,
+//! `/apis/coordination.k8s.io/v1/namespaces/{ns}/leases[/{name}]`, and each
+//! without `namespaces/{ns}` for lists across namespaces; the cluster-scoped
+//! Namespaces at `/api/v1/namespaces[/{name}]` ([`namespaces`]). GET, LIST (label
 //! selectors), POST, PUT, PATCH (JSON merge patch), DELETE and
 //! `?watch=true` streams; errors as `Status` bodies.
 //!
@@ -13,8 +15,11 @@ pub mod admission;
 pub mod discovery;
 pub mod fields;
 mod handlers;
+pub mod namespaces;
 pub mod normalize;
 pub mod openapi;
+mod patch;
+pub mod protobuf;
 pub mod scale;
 pub mod status;
 pub mod table;
@@ -46,43 +51,67 @@ pub struct ApiState {
     pub metrics: ApiMetrics,
     /// Rules of this deployment (DHCP proxy mode needs Machine addresses).
     pub admission: admission::Admission,
+    /// Creating in a namespace against deleting it.
+    pub namespaces: namespaces::Gate,
 }
 
-/// The two API groups served.
+/// The API group versions served.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Group {
     /// `/api/v1`: Secrets and Events.
     Core,
     /// `/apis/metalherd.dev/v1alpha1`.
     Metalherd,
+    /// `/apis/coordination.k8s.io/v1`: Leases.
+    Coordination,
 }
 
 impl Group {
+    pub const ALL: [Group; 3] = [Group::Core, Group::Metalherd, Group::Coordination];
+
+    /// URL prefix of the group version.
+    pub fn prefix(self) -> &'static str {
+        match self {
+            Group::Core => "/api/v1",
+            Group::Metalherd => "/apis/metalherd.dev/v1alpha1",
+            Group::Coordination => "/apis/coordination.k8s.io/v1",
+        }
+    }
+
+    /// The group a kind belongs to.
+    pub fn of(kind: Kind) -> Group {
+        match kind.group() {
+            "" => Group::Core,
+            crate::api::COORDINATION_GROUP => Group::Coordination,
+            _ => Group::Metalherd,
+        }
+    }
+
     /// The kind a URL's plural names in this group, if served.
     pub fn kind(self, plural: &str) -> Option<Kind> {
-        let k = Kind::ALL.into_iter().find(|k| k.plural() == plural)?;
-        let core = k.api_version() == "v1";
-        (core == (self == Group::Core)).then_some(k)
+        Kind::ALL
+            .into_iter()
+            .find(|k| k.plural() == plural && Group::of(*k) == self)
+    }
+
+    /// The kinds served in this group.
+    pub fn kinds(self) -> impl Iterator<Item = Kind> {
+        Kind::ALL.into_iter().filter(move |k| Group::of(*k) == self)
     }
 }
 
 /// URL prefix of a kind's API group.
 pub fn group_prefix(kind: Kind) -> &'static str {
-    if kind.api_version() == "v1" {
-        "/api/v1"
-    } else {
-        "/apis/metalherd.dev/v1alpha1"
-    }
+    Group::of(kind).prefix()
 }
 
 /// The resource routes (not yet behind auth: see [`protect`]).
 pub fn routes(state: ApiState) -> Router {
-    Router::new()
-        .nest(
-            "/apis/metalherd.dev/v1alpha1",
-            group_routes(Group::Metalherd),
-        )
-        .nest("/api/v1", group_routes(Group::Core))
+    let mut router = Router::new();
+    for group in Group::ALL {
+        router = router.nest(group.prefix(), group_routes(group));
+    }
+    router
         .merge(discovery::routes())
         .merge(openapi::routes())
         .with_state(state)
@@ -90,7 +119,8 @@ pub fn routes(state: ApiState) -> Router {
 
 fn group_routes(group: Group) -> Router<ApiState> {
     use handlers::*;
-    Router::new()
+    use patch::{patch, patch_namespace, patch_status};
+    let mut r = Router::new()
         .route(
             "/namespaces/{ns}/{plural}",
             get(list_namespaced).post(create),
@@ -109,14 +139,18 @@ fn group_routes(group: Group) -> Router<ApiState> {
                 .put(scale::replace_scale)
                 .patch(scale::patch_scale),
         )
-        .route("/{plural}", get(list_all))
-        .method_not_allowed_fallback(|| async {
-            ApiError::new(
-                axum::http::StatusCode::METHOD_NOT_ALLOWED,
-                "MethodNotAllowed",
-                "the server does not allow this method on the requested resource",
-            )
-        })
+        .route("/{plural}", get(list_all).post(create_cluster));
+    if group == Group::Core {
+        // The one cluster-scoped kind: `/api/v1/namespaces/{name}`.
+        r = r.route(
+            "/namespaces/{name}",
+            get(get_namespace)
+                .put(replace_namespace)
+                .patch(patch_namespace)
+                .delete(delete_namespace),
+        );
+    }
+    r.method_not_allowed_fallback(|| async { method_not_allowed() })
         .layer(axum::Extension(group))
 }
 

@@ -1,8 +1,10 @@
 //! `/openapi/v3`: the index of group-version documents and, per group
 //! version, an OpenAPI 3 document with each resource's paths (every
 //! operation tagged with `x-kubernetes-group-version-kind`, PATCH with the
-//! `fieldValidation`, `fieldManager` and `dryRun` query parameters) and,
-//! for the metalherd kinds, the CRD schema under `components.schemas`.
+//! `fieldValidation`, `fieldManager` and `dryRun` query parameters) and the
+//! kinds' schemas under `components.schemas`: the CRD schemas for the
+//! metalherd kinds, k8s-openapi's for Kubernetes' own (under the names
+//! kube-apiserver gives them, `io.k8s.api.coordination.v1.Lease`).
 //!
 //! This is what kubectl reads to decide that the server validates fields
 //! itself (`kubectl apply` then sends `fieldValidation=Strict` instead of
@@ -14,17 +16,19 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use serde_json::{Map, Value, json};
 
+use super::Group;
 use crate::api::{GROUP, Kind, VERSION};
 
-/// The index and the two group-version documents.
+/// The index and a document per group version.
 pub fn routes<S: Clone + Send + Sync + 'static>() -> Router<S> {
-    Router::new()
-        .route("/openapi/v3", get(|| async { json(index()) }))
-        .route("/openapi/v3/api/v1", get(|| async { json(document(true)) }))
-        .route(
-            &format!("/openapi/v3/apis/{GROUP}/{VERSION}"),
-            get(|| async { json(document(false)) }),
-        )
+    let mut r = Router::new().route("/openapi/v3", get(|| async { json(index()) }));
+    for group in Group::ALL {
+        r = r.route(
+            &format!("/openapi/v3{}", group.prefix()),
+            get(move || async move { json(document(group)) }),
+        );
+    }
+    r
 }
 
 fn json(v: Value) -> Response {
@@ -37,12 +41,15 @@ fn hash() -> &'static str {
 }
 
 fn index() -> Value {
-    let entry =
-        |gv: &str| json!({"serverRelativeURL": format!("/openapi/v3/{gv}?hash={}", hash())});
-    json!({"paths": {
-        "api/v1": entry("api/v1"),
-        format!("apis/{GROUP}/{VERSION}"): entry(&format!("apis/{GROUP}/{VERSION}")),
-    }})
+    let paths: Map<String, Value> = Group::ALL
+        .into_iter()
+        .map(|g| {
+            let gv = g.prefix().trim_start_matches('/');
+            let url = format!("/openapi/v3/{gv}?hash={}", hash());
+            (gv.to_string(), json!({"serverRelativeURL": url}))
+        })
+        .collect();
+    json!({"paths": paths})
 }
 
 fn query_param(name: &str, description: &str) -> Value {
@@ -54,11 +61,7 @@ fn query_param(name: &str, description: &str) -> Value {
 
 /// The GVK of a kind as the `x-kubernetes-group-version-kind` extension.
 fn gvk(kind: Kind) -> Value {
-    let (group, version) = match kind.api_version().split_once('/') {
-        Some((g, v)) => (g, v),
-        None => ("", kind.api_version()),
-    };
-    json!({"group": group, "version": version, "kind": kind.as_str()})
+    json!({"group": kind.group(), "version": kind.version(), "kind": kind.as_str()})
 }
 
 fn operation(kind: Kind, action: &str, id: &str, params: Vec<Value>) -> Value {
@@ -91,25 +94,26 @@ fn paths_of(kind: Kind) -> Map<String, Value> {
         "patch": operation(kind, "patch", &format!("patch{k}"), write_params()),
         "delete": operation(kind, "delete", &format!("delete{k}"), vec![]),
     });
+    let mut params =
+        vec![json!({"name": "name", "in": "path", "required": true, "schema": {"type": "string"}})];
+    if kind.namespaced() {
+        params.push(json!({"name": "namespace", "in": "path", "required": true, "schema": {"type": "string"}}));
+    }
     if let Some(o) = item.as_object_mut() {
-        o.insert(
-            "parameters".into(),
-            json!([
-                {"name": "name", "in": "path", "required": true, "schema": {"type": "string"}},
-                {"name": "namespace", "in": "path", "required": true, "schema": {"type": "string"}},
-            ]),
-        );
+        o.insert("parameters".into(), json!(params));
     }
     let list = json!({
         "get": operation(kind, "list", &format!("list{k}"), vec![]),
         "post": operation(kind, "post", &format!("create{k}"), write_params()),
     });
+    let scope = if kind.namespaced() {
+        "/namespaces/{namespace}"
+    } else {
+        ""
+    };
     let mut paths = Map::new();
-    paths.insert(format!("{prefix}/namespaces/{{namespace}}/{plural}"), list);
-    paths.insert(
-        format!("{prefix}/namespaces/{{namespace}}/{plural}/{{name}}"),
-        item,
-    );
+    paths.insert(format!("{prefix}{scope}/{plural}"), list);
+    paths.insert(format!("{prefix}{scope}/{plural}/{{name}}"), item);
     paths
 }
 
@@ -119,16 +123,44 @@ fn schema_name(kind: Kind) -> String {
     format!("{}.{VERSION}.{}", reversed.join("."), kind.as_str())
 }
 
-fn document(core: bool) -> Value {
-    let mut paths = Map::new();
-    let mut schemas = Map::new();
-    for kind in Kind::ALL {
-        if (kind.api_version() == "v1") != core {
-            continue;
+/// The schemas of the Kubernetes kinds of `group` (and every definition
+/// they refer to), as k8s-openapi describes them, with `$ref`s into
+/// `#/components/schemas/`; the kinds' own schemas carry their GVK.
+pub(super) fn builtin_schemas(group: Group) -> Map<String, Value> {
+    use k8s_openapi::api::coordination::v1::Lease;
+    use k8s_openapi::api::core::v1::{Namespace, Secret};
+    use schemars::JsonSchema;
+    let mut generator = schemars::generate::SchemaSettings::openapi3().into_generator();
+    let mut named = Vec::new();
+    match group {
+        Group::Core => {
+            generator.subschema_for::<Secret>();
+            named.push((Kind::Secret, Secret::schema_name()));
+            generator.subschema_for::<Namespace>();
+            named.push((Kind::Namespace, Namespace::schema_name()));
         }
+        Group::Coordination => {
+            generator.subschema_for::<Lease>();
+            named.push((Kind::Lease, Lease::schema_name()));
+        }
+        Group::Metalherd => {}
+    }
+    let mut defs = generator.take_definitions(true);
+    for (kind, name) in named {
+        if let Some(s) = defs.get_mut(name.as_ref()) {
+            s["x-kubernetes-group-version-kind"] = json!([gvk(kind)]);
+        }
+    }
+    defs
+}
+
+fn document(group: Group) -> Value {
+    let mut paths = Map::new();
+    let mut schemas = builtin_schemas(group);
+    for kind in group.kinds() {
         paths.extend(paths_of(kind));
     }
-    if !core {
+    if group == Group::Metalherd {
         for crd in crate::api::crds() {
             let Some(kind) = Kind::parse(&crd.spec.names.kind) else {
                 continue;
@@ -161,7 +193,7 @@ mod tests {
 
     #[test]
     fn patch_of_each_kind_names_its_gvk_and_field_validation() {
-        let doc = document(false);
+        let doc = document(Group::Metalherd);
         let p = &doc["paths"]["/apis/metalherd.dev/v1alpha1/namespaces/{namespace}/machines/{name}"]
             ["patch"];
         assert_eq!(p["x-kubernetes-group-version-kind"]["kind"], "Machine");
@@ -177,10 +209,50 @@ mod tests {
             m["properties"]["spec"]["properties"]["bmc"].is_object(),
             "{m}"
         );
-        let core = document(true);
+        let core = document(Group::Core);
         assert!(
             core["paths"]["/api/v1/namespaces/{namespace}/secrets/{name}"]["patch"].is_object()
         );
+        let ns = &core["paths"]["/api/v1/namespaces/{name}"];
+        assert_eq!(
+            ns["delete"]["x-kubernetes-group-version-kind"]["kind"],
+            "Namespace"
+        );
+        assert_eq!(ns["parameters"].as_array().map(Vec::len), Some(1));
+        assert!(core["components"]["schemas"]["io.k8s.api.core.v1.Namespace"].is_object());
         assert!(index()["paths"]["apis/metalherd.dev/v1alpha1"]["serverRelativeURL"].is_string());
+        assert!(index()["paths"]["apis/coordination.k8s.io/v1"]["serverRelativeURL"].is_string());
+    }
+
+    #[test]
+    fn leases_are_described_by_their_kubernetes_schema() {
+        let doc = document(Group::Coordination);
+        let p = &doc["paths"]["/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases/{name}"];
+        assert_eq!(
+            p["put"]["x-kubernetes-group-version-kind"]["group"],
+            "coordination.k8s.io"
+        );
+        let schemas = &doc["components"]["schemas"];
+        let lease = &schemas["io.k8s.api.coordination.v1.Lease"];
+        assert_eq!(
+            lease["x-kubernetes-group-version-kind"][0]["kind"], "Lease",
+            "{lease}"
+        );
+        let spec_ref = lease["properties"]["spec"]["$ref"]
+            .as_str()
+            .unwrap_or_else(|| {
+                lease["properties"]["spec"]["allOf"][0]["$ref"]
+                    .as_str()
+                    .unwrap_or_default()
+            });
+        assert_eq!(
+            spec_ref,
+            "#/components/schemas/io.k8s.api.coordination.v1.LeaseSpec"
+        );
+        assert!(
+            schemas["io.k8s.api.coordination.v1.LeaseSpec"]["properties"]["holderIdentity"]
+                .is_object()
+        );
+        assert!(schemas["io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta"].is_object());
     }
 }

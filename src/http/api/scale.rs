@@ -13,7 +13,8 @@ use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode};
 use serde_json::{Value, json};
 
-use super::handlers::{Res, checked, kind_of, merge_patch_type, ok_json, parse_body};
+use super::handlers::{Res, checked, namespaced_kind, ok_json, parse_body};
+use super::patch::merge_patch_type;
 use super::{ApiError, ApiState, Group};
 use crate::api::Kind;
 use crate::store::{StoreError, modify, resource_version_of};
@@ -22,7 +23,7 @@ use crate::store::{StoreError, modify, resource_version_of};
 pub const SCALE_API_VERSION: &str = "autoscaling/v1";
 
 fn scale_kind(group: Group, plural: &str) -> Result<Kind, ApiError> {
-    let kind = kind_of(group, plural)?;
+    let kind = namespaced_kind(group, plural)?;
     if kind.has_scale() {
         Ok(kind)
     } else {

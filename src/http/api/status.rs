@@ -50,10 +50,9 @@ impl ApiError {
     /// 422 with one cause per field, like Kubernetes' `Invalid`.
     pub fn invalid(kind: Kind, name: &str, errs: &ValidationErrors) -> Self {
         let causes: Vec<Value> = errs.0.iter().map(cause).collect();
-        let group = if kind.api_version() == "v1" {
-            String::new()
-        } else {
-            format!(".{}", crate::api::GROUP)
+        let group = match kind.group() {
+            "" => String::new(),
+            g => format!(".{g}"),
         };
         ApiError {
             code: StatusCode::UNPROCESSABLE_ENTITY,
@@ -61,7 +60,7 @@ impl ApiError {
             message: format!("{kind}{group} {name:?} is invalid: {errs}"),
             details: Some(json!({
                 "name": name,
-                "group": if group.is_empty() { "" } else { crate::api::GROUP },
+                "group": kind.group(),
                 "kind": kind.as_str(),
                 "causes": causes,
             })),
@@ -86,6 +85,11 @@ impl ApiError {
     }
 }
 
+/// A Status' `details` naming one object, as kube-apiserver fills them.
+fn details(kind: Kind, name: &str) -> Value {
+    json!({"name": name, "group": kind.group(), "kind": kind.plural()})
+}
+
 fn cause(e: &FieldError) -> Value {
     json!({"reason": "FieldValueInvalid", "field": e.field, "message": e.message})
 }
@@ -100,21 +104,39 @@ impl From<StoreError> for ApiError {
     fn from(e: StoreError) -> Self {
         match &e {
             StoreError::NotFound { kind, name, .. } => {
-                let mut err = ApiError::not_found(format!("{} {name:?} not found", kind.plural()));
-                err.details = Some(json!({"name": name, "kind": kind.plural()}));
+                let mut err =
+                    ApiError::not_found(format!("{} {name:?} not found", kind.qualified_plural()));
+                err.details = Some(details(*kind, name));
                 err
             }
             StoreError::AlreadyExists { kind, name, .. } => {
                 let mut err = ApiError::new(
                     StatusCode::CONFLICT,
                     "AlreadyExists",
-                    format!("{} {name:?} already exists", kind.plural()),
+                    format!("{} {name:?} already exists", kind.qualified_plural()),
                 );
-                err.details = Some(json!({"name": name, "kind": kind.plural()}));
+                err.details = Some(details(*kind, name));
                 err
             }
-            StoreError::Conflict { .. } => {
-                ApiError::new(StatusCode::CONFLICT, "Conflict", e.to_string())
+            StoreError::Conflict {
+                kind,
+                name,
+                expected,
+                current,
+                ..
+            } => {
+                // kube-apiserver's words (clients match on the reason and
+                // code only), then which versions disagreed.
+                let mut err = ApiError::new(
+                    StatusCode::CONFLICT,
+                    "Conflict",
+                    format!(
+                        "Operation cannot be fulfilled on {} {name:?}: the object has been modified; please apply your changes to the latest version and try again (resourceVersion {expected} is stale, current is {current})",
+                        kind.qualified_plural()
+                    ),
+                );
+                err.details = Some(details(*kind, name));
+                err
             }
             StoreError::Invalid(errs) => ApiError {
                 code: StatusCode::UNPROCESSABLE_ENTITY,
@@ -169,6 +191,22 @@ mod tests {
         }
         .into();
         assert_eq!((c.code, c.reason), (StatusCode::CONFLICT, "Conflict"));
+        let c: ApiError = StoreError::Conflict {
+            kind: Kind::Lease,
+            namespace: "default".into(),
+            name: "leader".into(),
+            expected: "1".into(),
+            current: "2".into(),
+        }
+        .into();
+        assert!(
+            c.message.starts_with(
+                "Operation cannot be fulfilled on leases.coordination.k8s.io \"leader\": the object has been modified"
+            ),
+            "{}",
+            c.message
+        );
+        assert_eq!(c.body()["details"]["group"], "coordination.k8s.io");
         // The Kubernetes store's RBAC refusal passes through as a 403.
         let f: ApiError = StoreError::Forbidden {
             verb: "list",

@@ -3,7 +3,8 @@
 //! kinds' columns are their CRDs' `additionalPrinterColumns` (a Name column
 //! first, `priority: 1` columns only shown by `kubectl get -o wide`); cells
 //! are the columns' JSON paths evaluated on the object, `date` columns as
-//! ages. Secrets and Events get kube-apiserver's own columns for them.
+//! ages. Secrets, Events, Namespaces and Leases get kube-apiserver's own
+//! columns for them.
 
 use axum::http::{HeaderMap, header};
 use jiff::Timestamp;
@@ -84,6 +85,16 @@ fn columns(kind: Kind) -> Vec<Column> {
             column("Name", "string", 0, Some(".metadata.name")),
             column("Type", "string", 0, Some(".type")),
             column("Data", "string", 0, None),
+            column("Age", "string", 0, Some(".metadata.creationTimestamp")),
+        ],
+        Kind::Namespace => vec![
+            column("Name", "string", 0, Some(".metadata.name")),
+            column("Status", "string", 0, Some(".status.phase")),
+            column("Age", "string", 0, Some(".metadata.creationTimestamp")),
+        ],
+        Kind::Lease => vec![
+            column("Name", "string", 0, Some(".metadata.name")),
+            column("Holder", "string", 0, Some(".spec.holderIdentity")),
             column("Age", "string", 0, Some(".metadata.creationTimestamp")),
         ],
         Kind::Event => vec![
@@ -217,7 +228,7 @@ fn builtin_cell(kind: Kind, col: &Column, o: &Value, now: Timestamp) -> Value {
                 .map_or(0, |d| d.len())
         ),
         (Kind::Secret, "Type") => json!(o.get("type").and_then(Value::as_str).unwrap_or("Opaque")),
-        (Kind::Secret, "Age") => {
+        (k, "Age") if k.is_builtin() => {
             eval(o, ".metadata.creationTimestamp").map_or(Value::Null, |v| age(v, now))
         }
         (Kind::Event, "Last Seen") => eval(o, ".lastTimestamp")

@@ -251,6 +251,15 @@ fn is_marked(obj: &Value) -> bool {
 #[async_trait]
 impl Store for KubernetesStore {
     async fn get(&self, kind: Kind, namespace: &str, name: &str) -> Result<Value, StoreError> {
+        // The store keeps cluster-scoped objects under namespace "": one in
+        // a namespace does not exist (the server would ignore it).
+        if !kind.namespaced() && !namespace.is_empty() {
+            return Err(StoreError::NotFound {
+                kind,
+                namespace: namespace.into(),
+                name: name.into(),
+            });
+        }
         let call = Call {
             verb: "get",
             kind,

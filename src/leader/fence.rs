@@ -1,0 +1,129 @@
+//! The fence between leadership and the BMCs: a [`BmcConnector`] wrapper
+//! whose BMCs check "do we still lead?" right before every action that
+//! changes a server (power, boot override). Once the elector clears the
+//! flag, such a call fails with [`BmcError::NotLeader`] without reaching
+//! the BMC, whatever the controller decided earlier. Reads (power state,
+//! inventory) are harmless and pass.
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use tokio::sync::watch;
+
+use crate::api::Machine;
+use crate::bmc::PowerState;
+use crate::bmc::{Bmc, BmcConnector, BmcError, BootDevice, FirmwareMode, Inventory, PowerAction};
+
+/// Wraps a connector; `leading` is the elector's fence.
+pub struct FencedConnector {
+    inner: Arc<dyn BmcConnector>,
+    leading: watch::Receiver<bool>,
+}
+
+impl FencedConnector {
+    pub fn new(inner: Arc<dyn BmcConnector>, leading: watch::Receiver<bool>) -> FencedConnector {
+        FencedConnector { inner, leading }
+    }
+}
+
+#[async_trait]
+impl BmcConnector for FencedConnector {
+    async fn connect(&self, machine: &Machine) -> Result<Box<dyn Bmc>, BmcError> {
+        let inner = self.inner.connect(machine).await?;
+        Ok(Box::new(FencedBmc {
+            inner,
+            leading: self.leading.clone(),
+            address: machine.spec.bmc.address.clone(),
+        }))
+    }
+}
+
+struct FencedBmc {
+    inner: Box<dyn Bmc>,
+    leading: watch::Receiver<bool>,
+    address: String,
+}
+
+impl FencedBmc {
+    fn check(&self) -> Result<(), BmcError> {
+        if *self.leading.borrow() {
+            Ok(())
+        } else {
+            Err(BmcError::NotLeader {
+                address: self.address.clone(),
+            })
+        }
+    }
+}
+
+#[async_trait]
+impl Bmc for FencedBmc {
+    async fn power_state(&self) -> Result<PowerState, BmcError> {
+        self.inner.power_state().await
+    }
+    async fn power(&self, action: PowerAction) -> Result<(), BmcError> {
+        self.check()?;
+        self.inner.power(action).await
+    }
+    async fn set_boot_once(&self, device: BootDevice, mode: FirmwareMode) -> Result<(), BmcError> {
+        self.check()?;
+        self.inner.set_boot_once(device, mode).await
+    }
+    async fn inventory(&self) -> Result<Inventory, BmcError> {
+        self.inner.inventory().await
+    }
+    async fn applied_quirks(&self) -> Result<Vec<String>, BmcError> {
+        self.inner.applied_quirks().await
+    }
+    async fn close(&self) -> Result<(), BmcError> {
+        self.inner.close().await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::bmc::{FakeBmc, FakeConnector};
+
+    fn machine() -> Machine {
+        let mut m = Machine::default();
+        m.metadata.name = Some("m1".into());
+        m
+    }
+
+    /// The controller plans a power-on while leading; the Lease is lost
+    /// before the action: the BMC never sees it.
+    #[tokio::test]
+    async fn a_lease_lost_between_plan_and_power_action_stops_the_action() {
+        let bmc = FakeBmc::new();
+        bmc.expect_power_state(Ok(PowerState::Off));
+        let (tx, rx) = watch::channel(true);
+        let c = FencedConnector::new(Arc::new(FakeConnector::new().with("m1", bmc.clone())), rx);
+        let conn = c.connect(&machine()).await.unwrap();
+        // Plan: the machine is off, so power it on.
+        assert_eq!(conn.power_state().await.unwrap(), PowerState::Off);
+        // The elector loses the Lease.
+        tx.send_replace(false);
+        let e = conn.power(PowerAction::On).await.unwrap_err();
+        assert!(matches!(e, BmcError::NotLeader { .. }), "{e}");
+        let e = conn
+            .set_boot_once(BootDevice::Network, FirmwareMode::Uefi)
+            .await
+            .unwrap_err();
+        assert!(matches!(e, BmcError::NotLeader { .. }), "{e}");
+        // Only the read reached the BMC, and nothing it expected is left.
+        bmc.verify().unwrap();
+        assert_eq!(bmc.calls().len(), 1);
+    }
+
+    #[tokio::test]
+    async fn a_leader_acts() {
+        let bmc = FakeBmc::new();
+        bmc.expect_power(PowerAction::On, Ok(()));
+        let (_tx, rx) = watch::channel(true);
+        let c = FencedConnector::new(Arc::new(FakeConnector::new().with("m1", bmc.clone())), rx);
+        let conn = c.connect(&machine()).await.unwrap();
+        conn.power(PowerAction::On).await.unwrap();
+        bmc.verify().unwrap();
+    }
+}
