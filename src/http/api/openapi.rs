@@ -1,7 +1,8 @@
 //! `/openapi/v3`: the index of group-version documents and, per group
 //! version, an OpenAPI 3 document with each resource's paths (every
 //! operation tagged with `x-kubernetes-group-version-kind`, PATCH with the
-//! `fieldValidation`, `fieldManager` and `dryRun` query parameters) and the
+//! `fieldValidation`, `fieldManager` and `force` query parameters; no
+//! `dryRun`, which is refused) and the
 //! kinds' schemas under `components.schemas`: the CRD schemas for the
 //! metalherd kinds, k8s-openapi's for Kubernetes' own (under the names
 //! kube-apiserver gives them, `io.k8s.api.coordination.v1.Lease`).
@@ -80,7 +81,6 @@ fn paths_of(kind: Kind) -> Map<String, Value> {
     let k = kind.as_str();
     let write_params = || {
         vec![
-            query_param("dryRun", "When present, modifications are not persisted."),
             query_param("fieldManager", "The name of the actor making the change."),
             query_param(
                 "fieldValidation",
@@ -88,10 +88,15 @@ fn paths_of(kind: Kind) -> Map<String, Value> {
             ),
         ]
     };
+    let mut patch_params = write_params();
+    patch_params.push(query_param(
+        "force",
+        "Force is going to \"force\" Apply requests: the conflicting fields change owner.",
+    ));
     let mut item = json!({
         "get": operation(kind, "get", &format!("read{k}"), vec![]),
         "put": operation(kind, "put", &format!("replace{k}"), write_params()),
-        "patch": operation(kind, "patch", &format!("patch{k}"), write_params()),
+        "patch": operation(kind, "patch", &format!("patch{k}"), patch_params),
         "delete": operation(kind, "delete", &format!("delete{k}"), vec![]),
     });
     let mut params =
