@@ -21,6 +21,7 @@ mod handlers;
 pub mod namespaces;
 pub mod normalize;
 pub mod openapi;
+pub mod openapi_v2;
 mod patch;
 pub mod protobuf;
 pub mod scale;
