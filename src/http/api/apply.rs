@@ -9,7 +9,8 @@ use axum::body::Bytes;
 use axum::http::StatusCode;
 use serde_json::{Value, json};
 
-use super::handlers::{Res, Target, Writer, admitted, checked, conform, ok_json};
+use super::handlers::{Res, admitted, checked, conform, ok_json};
+use super::writes::{Target, Writer};
 use super::{ApiError, ApiState, namespaces, ssa};
 use crate::store::{StoreError, modify, resource_version_of};
 

@@ -29,6 +29,7 @@ pub mod ssa;
 pub mod status;
 pub mod table;
 mod watch;
+mod writes;
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -125,6 +126,7 @@ pub fn routes(state: ApiState) -> Router {
 fn group_routes(group: Group) -> Router<ApiState> {
     use handlers::*;
     use patch::{patch, patch_namespace, patch_status};
+    use writes::*;
     let mut r = Router::new()
         .route(
             "/namespaces/{ns}/{plural}",

@@ -13,9 +13,10 @@ use axum::http::{HeaderMap, StatusCode, header};
 use serde_json::Value;
 
 use super::handlers::{
-    Res, Target, WriteQuery, Writer, admitted, checked, conform, content_type, namespaced_kind,
-    ok_json, parse_body, status_kind,
+    Res, admitted, checked, conform, content_type, namespaced_kind, ok_json, parse_body,
+    status_kind,
 };
+use super::writes::{Target, WriteQuery, Writer};
 use super::{ApiError, ApiState, Group};
 use crate::api::Kind;
 use crate::store::{modify, resource_version_of};

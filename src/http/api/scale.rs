@@ -14,8 +14,9 @@ use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode};
 use serde_json::{Value, json};
 
-use super::handlers::{Res, WriteQuery, Writer, checked, namespaced_kind, ok_json, parse_body};
+use super::handlers::{Res, checked, namespaced_kind, ok_json, parse_body};
 use super::patch::merge_patch_type;
+use super::writes::{WriteQuery, Writer};
 use super::{ApiError, ApiState, Group};
 use crate::api::Kind;
 use crate::store::{StoreError, modify, resource_version_of};
