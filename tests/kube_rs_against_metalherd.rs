@@ -243,3 +243,103 @@ async fn kube_rs_elects_a_leader_through_a_lease() {
     assert!(b.get_opt(name).await.unwrap().is_none());
     tokio::task::spawn_blocking(move || drop(s)).await.unwrap();
 }
+
+/// Server-side apply from kube-rs (`Patch::Apply`): a Lease taken by one
+/// elector, refused to another (409 naming the field's manager) until it
+/// forces; a Machine's status applied through `/status` by its own
+/// manager, the spec untouched.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kube_rs_server_side_apply_of_a_lease_and_a_status() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let s = tokio::task::spawn_blocking(Server::start).await.unwrap();
+    let client = client(&s).await;
+    let leases: Api<Lease> = Api::default_namespaced(client.clone());
+    let want = |holder: &str| {
+        json!({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+               "metadata": {"name": "metalherd-controller"},
+               "spec": {"holderIdentity": holder, "leaseDurationSeconds": 15}})
+    };
+    let a = PatchParams::apply("elector-a");
+    let l = leases
+        .patch("metalherd-controller", &a, &Patch::Apply(want("a")))
+        .await
+        .unwrap();
+    assert_eq!(holder(&l), Some("a"));
+    let mf = l.metadata.managed_fields.unwrap();
+    assert_eq!(
+        (mf[0].manager.as_deref(), mf[0].operation.as_deref()),
+        (Some("elector-a"), Some("Apply"))
+    );
+    let b = PatchParams::apply("elector-b");
+    match leases
+        .patch("metalherd-controller", &b, &Patch::Apply(want("b")))
+        .await
+    {
+        Err(kube::Error::Api(e)) => {
+            assert_eq!((e.code, e.reason.as_str()), (409, "Conflict"), "{e:?}");
+            assert_eq!(
+                e.message,
+                "Apply failed with 1 conflict: conflict with \"elector-a\": .spec.holderIdentity"
+            );
+        }
+        other => panic!("b took the lease without forcing: {other:?}"),
+    }
+    let l = leases
+        .patch(
+            "metalherd-controller",
+            &b.clone().force(),
+            &Patch::Apply(want("b")),
+        )
+        .await
+        .unwrap();
+    assert_eq!(holder(&l), Some("b"));
+
+    // A Machine's status, applied by its own manager through /status.
+    let machines: Api<Machine> = Api::default_namespaced(client);
+    let m: Machine = serde_json::from_value(json!({
+        "apiVersion": "metalherd.dev/v1alpha1", "kind": "Machine",
+        "metadata": {"name": "rack1-u08"},
+        "spec": {"bmc": {"address": "ipmi://10.0.0.8", "credentialsSecretRef": {"name": "bmc"}}}
+    }))
+    .unwrap();
+    machines.create(&PostParams::default(), &m).await.unwrap();
+    let status = |reason: &str| {
+        json!({"apiVersion": "metalherd.dev/v1alpha1", "kind": "Machine",
+               "metadata": {"name": "rack1-u08"},
+               "spec": {"online": true},
+               "status": {"conditions": [{"type": "Ready", "status": "False", "reason": reason,
+                          "message": "checked", "lastTransitionTime": "2026-11-22T03:00:00Z"}]}})
+    };
+    let checker = PatchParams::apply("health-checker");
+    let got = machines
+        .patch_status("rack1-u08", &checker, &Patch::Apply(status("Probing")))
+        .await
+        .unwrap();
+    let st = got.status.unwrap();
+    assert_eq!(st.conditions[0].reason, "Probing");
+    assert!(!got.spec.online, "spec is not written through /status");
+    let entry = got
+        .metadata
+        .managed_fields
+        .unwrap()
+        .into_iter()
+        .find(|e| e.manager.as_deref() == Some("health-checker"))
+        .unwrap();
+    assert_eq!(entry.subresource.as_deref(), Some("status"));
+    // Another manager changing those conditions conflicts.
+    match machines
+        .patch_status(
+            "rack1-u08",
+            &PatchParams::apply("other"),
+            &Patch::Apply(status("Other")),
+        )
+        .await
+    {
+        Err(kube::Error::Api(e)) => {
+            assert_eq!(e.code, 409, "{e:?}");
+            assert!(e.message.contains("conflict with \"health-checker\" with subresource \"status\": .status.conditions"), "{}", e.message);
+        }
+        other => panic!("{other:?}"),
+    }
+    tokio::task::spawn_blocking(move || drop(s)).await.unwrap();
+}

@@ -139,8 +139,10 @@ impl ApiClient {
         }
         // reqwest is built without a default TLS provider: install ring once.
         let _ = rustls::crypto::ring::default_provider().install_default();
-        let mut builder =
-            reqwest::Client::builder().connect_timeout(std::time::Duration::from_secs(5));
+        let mut builder = reqwest::Client::builder()
+            .connect_timeout(std::time::Duration::from_secs(5))
+            // The server names the CLI's writes in managedFields by it.
+            .user_agent(concat!("metalherd/", env!("CARGO_PKG_VERSION")));
         let ca = data_dir.join(crate::datadir::CA_CERT_FILE);
         if u.scheme() == "https" && ca.exists() {
             builder = builder.tls_backend_preconfigured(trusting(&ca)?);

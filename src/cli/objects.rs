@@ -170,6 +170,8 @@ pub async fn get(g: &GlobalArgs, a: GetArgs) -> anyhow::Result<()> {
 }
 
 fn print_doc(fmt: Output, doc: &Value) -> anyhow::Result<()> {
+    // As kubectl does: the record of field managers is noise here.
+    let doc = &without_managed_fields(doc);
     if fmt == Output::Yaml {
         print!("{}", serde_yaml::to_string(doc).context("encode YAML")?);
     } else {
@@ -179,6 +181,21 @@ fn print_doc(fmt: Output, doc: &Value) -> anyhow::Result<()> {
         );
     }
     Ok(())
+}
+
+/// `doc` (an object or a List) without `metadata.managedFields`.
+fn without_managed_fields(doc: &Value) -> Value {
+    let mut doc = doc.clone();
+    let strip = |o: &mut Value| {
+        if let Some(m) = o.get_mut("metadata").and_then(Value::as_object_mut) {
+            m.remove("managedFields");
+        }
+    };
+    strip(&mut doc);
+    if let Some(items) = doc.get_mut("items").and_then(Value::as_array_mut) {
+        items.iter_mut().for_each(strip);
+    }
+    doc
 }
 
 pub(crate) fn name_of(o: &Value) -> &str {

@@ -179,7 +179,8 @@ pub enum Deleted {
 ///   that is not current is a `Conflict` (absent means unconditional).
 ///   `generation` moves only when the spec changes. When the object is
 ///   marked for deletion and its last finalizer is removed, it is deleted.
-/// - `update_status` changes only status (same conflict rule).
+/// - `update_status` changes only status and `metadata.managedFields` (when
+///   given; same conflict rule).
 /// - `delete` removes, or only marks when finalizers remain.
 /// - `watch` from a resourceVersion yields every change after it, in order,
 ///   none twice; from `None` it starts at the current version. A version

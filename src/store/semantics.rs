@@ -189,7 +189,6 @@ pub fn create(
         m.insert("generation".into(), 1.into());
         m.insert("creationTimestamp".into(), now_rfc3339().into());
         m.remove("deletionTimestamp");
-        m.remove("managedFields");
     }
     if kind.has_status()
         && let Some(o) = obj.as_object_mut()
@@ -276,6 +275,11 @@ pub fn update_status(
             Some(s) if !s.is_null() => o.insert("status".into(), s.clone()),
             _ => o.remove("status"),
         };
+    }
+    // The record of who owns which status fields changes with them (a
+    // writer that sends none keeps it as it is).
+    if let Some(mf) = meta_get(&obj, "managedFields") {
+        meta_mut(&mut new)?.insert("managedFields".into(), mf.clone());
     }
     if new == cur {
         return Ok(Change::Unchanged(cur));

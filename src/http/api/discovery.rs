@@ -27,7 +27,7 @@ const VERBS: [&str; 7] = [
 ];
 
 /// The Kubernetes minor version kubectl and kube-rs should expect of us.
-const KUBE_MINOR: &str = "32";
+pub(super) const KUBE_MINOR: &str = "32";
 
 /// `/version`, `/api`, `/apis` and the group documents. Mounted beside the
 /// resource routes (more specific paths win).

@@ -1,6 +1,8 @@
 //! Request handlers: decode the path and body, validate, call the store,
-//! answer with the object or a `Status`. Every write is validated with
-//! [`crate::api::validate::validate`] and stored in canonical form.
+//! answer with the object or a `Status`. The reads (get, list, watch) are
+//! here, with what the writes share (bodies, checks against the URL);
+//! every write is validated with [`crate::api::validate::validate`] and
+//! stored in canonical form (`writes.rs`, `patch.rs`, `apply.rs`).
 
 use axum::Extension;
 use axum::body::Bytes;
@@ -16,10 +18,10 @@ use super::normalize::normalize;
 use super::protobuf::{self, ProtobufError};
 use super::table::{self, IncludeObject};
 use super::watch::Shape;
-use super::{ApiError, ApiState, Group, namespaces};
+use super::{ApiError, ApiState, Group};
 use crate::api::Kind;
 use crate::api::validate::validate;
-use crate::store::{Deleted, ListOptions, Selector, StoreError, resource_version_of};
+use crate::store::{ListOptions, Selector};
 
 /// Query parameters of lists and watches.
 #[derive(Debug, Default, Deserialize)]
@@ -59,7 +61,7 @@ pub(super) fn namespaced_kind(group: Group, plural: &str) -> Result<Kind, ApiErr
     }
 }
 
-fn check_ns(ns: &str) -> Result<(), ApiError> {
+pub(super) fn check_ns(ns: &str) -> Result<(), ApiError> {
     if crate::api::validate::is_dns_label(ns) {
         Ok(())
     } else {
@@ -229,7 +231,11 @@ pub(super) fn content_type(headers: &HeaderMap) -> &str {
 /// Secrets the protobuf kubectl's typed clients send (`kubectl create
 /// namespace`, `kubectl create secret`; client-go does not fall back from
 /// protobuf). Other encodings get a clear 415.
-fn body_object(kind: Kind, headers: &HeaderMap, body: &Bytes) -> Result<Value, ApiError> {
+pub(super) fn body_object(
+    kind: Kind,
+    headers: &HeaderMap,
+    body: &Bytes,
+) -> Result<Value, ApiError> {
     let ct = content_type(headers);
     let unsupported = |detail: String| {
         ApiError::new(
@@ -324,6 +330,8 @@ pub(super) fn conform(
     } else {
         meta.remove("namespace");
     }
+    // The server keeps the record of field owners itself.
+    meta.remove("managedFields");
     if let Some(name) = name {
         meta.insert("name".into(), name.into());
     }
@@ -345,162 +353,4 @@ pub(super) fn admitted(st: &ApiState, kind: Kind, v: &Value) -> Result<Value, Ap
         .admit(kind, &v)
         .map_err(|e| ApiError::invalid(kind, &name, &e))?;
     Ok(v)
-}
-
-pub async fn create(
-    State(st): State<ApiState>,
-    Extension(group): Extension<Group>,
-    Path((ns, plural)): Path<(String, String)>,
-    headers: HeaderMap,
-    body: Bytes,
-) -> Res {
-    check_ns(&ns)?;
-    let kind = namespaced_kind(group, &plural)?;
-    create_object(&st, kind, &ns, &headers, &body).await
-}
-
-/// POST `/{plural}`: creates cluster-scoped objects (Namespaces); a
-/// namespaced kind is created under `/namespaces/{ns}/` only.
-pub async fn create_cluster(
-    State(st): State<ApiState>,
-    Extension(group): Extension<Group>,
-    Path(plural): Path<String>,
-    headers: HeaderMap,
-    body: Bytes,
-) -> Res {
-    let kind = kind_of(group, &plural)?;
-    if kind.namespaced() {
-        return Err(method_not_allowed());
-    }
-    create_object(&st, kind, "", &headers, &body).await
-}
-
-pub(super) fn method_not_allowed() -> ApiError {
-    ApiError::new(
-        StatusCode::METHOD_NOT_ALLOWED,
-        "MethodNotAllowed",
-        "the server does not allow this method on the requested resource",
-    )
-}
-
-async fn create_object(
-    st: &ApiState,
-    kind: Kind,
-    ns: &str,
-    headers: &HeaderMap,
-    body: &Bytes,
-) -> Res {
-    let mut v = body_object(kind, headers, body)?;
-    conform(kind, ns, None, &mut v)?;
-    if let Some(obj) = v.as_object_mut() {
-        // Status is written through /status only, as in Kubernetes.
-        if kind.has_status() {
-            obj.remove("status");
-        }
-        if let Some(m) = obj.get_mut("metadata").and_then(Value::as_object_mut) {
-            for f in [
-                "resourceVersion",
-                "uid",
-                "creationTimestamp",
-                "generation",
-                "deletionTimestamp",
-            ] {
-                m.remove(f);
-            }
-        }
-    }
-    // The namespace first, as kube-apiserver's admission does.
-    let _in_ns = match kind.namespaced() {
-        true => Some(namespaces::require(st, ns).await?),
-        false => None,
-    };
-    let v = admitted(st, kind, &v)?;
-    let created = st.store.create(kind, v).await?;
-    Ok(ok_json(StatusCode::CREATED, &created))
-}
-
-pub async fn replace(
-    State(st): State<ApiState>,
-    Extension(group): Extension<Group>,
-    Path((ns, plural, name)): Path<(String, String, String)>,
-    headers: HeaderMap,
-    body: Bytes,
-) -> Res {
-    let kind = namespaced_kind(group, &plural)?;
-    replace_object(&st, kind, &ns, &name, &headers, &body).await
-}
-
-/// PUT `/api/v1/namespaces/{name}`.
-pub async fn replace_namespace(
-    State(st): State<ApiState>,
-    Path(name): Path<String>,
-    headers: HeaderMap,
-    body: Bytes,
-) -> Res {
-    replace_object(&st, Kind::Namespace, "", &name, &headers, &body).await
-}
-
-async fn replace_object(
-    st: &ApiState,
-    kind: Kind,
-    ns: &str,
-    name: &str,
-    headers: &HeaderMap,
-    body: &Bytes,
-) -> Res {
-    let mut v = body_object(kind, headers, body)?;
-    conform(kind, ns, Some(name), &mut v)?;
-    let v = admitted(st, kind, &v)?;
-    if kind.conditional_put_creates() && resource_version_of(&v).is_none() {
-        // A Lease: a PUT without a resourceVersion creates it, and may not
-        // overwrite one that exists (kube-apiserver's lease strategy).
-        let _in_ns = namespaces::require(st, ns).await?;
-        return match st.store.create(kind, v).await {
-            Ok(created) => Ok(ok_json(StatusCode::CREATED, &created)),
-            Err(StoreError::AlreadyExists { .. }) => Err(ApiError::invalid(
-                kind,
-                name,
-                &crate::api::ValidationErrors::single(
-                    "metadata.resourceVersion",
-                    "Invalid value: 0x0: must be specified for an update",
-                ),
-            )),
-            Err(e) => Err(e.into()),
-        };
-    }
-    let updated = st.store.update(kind, v).await?;
-    Ok(ok_json(StatusCode::OK, &updated))
-}
-
-pub async fn replace_status(
-    State(st): State<ApiState>,
-    Extension(group): Extension<Group>,
-    Path((ns, plural, name)): Path<(String, String, String)>,
-    headers: HeaderMap,
-    body: Bytes,
-) -> Res {
-    let kind = status_kind(group, &plural)?;
-    let mut v = body_object(kind, &headers, &body)?;
-    conform(kind, &ns, Some(&name), &mut v)?;
-    let v = checked(kind, &v)?;
-    let updated = st.store.update_status(kind, v).await?;
-    Ok(ok_json(StatusCode::OK, &updated))
-}
-
-pub async fn delete(
-    State(st): State<ApiState>,
-    Extension(group): Extension<Group>,
-    Path((ns, plural, name)): Path<(String, String, String)>,
-) -> Res {
-    let kind = namespaced_kind(group, &plural)?;
-    match st.store.delete(kind, &ns, &name).await? {
-        Deleted::Gone(v) => Ok(ok_json(StatusCode::OK, &v)),
-        // Finalizers remain: the object is marked and goes later.
-        Deleted::Marked(v) => Ok(ok_json(StatusCode::ACCEPTED, &v)),
-    }
-}
-
-/// DELETE `/api/v1/namespaces/{name}`: see [`namespaces::delete`].
-pub async fn delete_namespace(State(st): State<ApiState>, Path(name): Path<String>) -> Res {
-    namespaces::delete(&st, &name).await
 }

@@ -4,26 +4,32 @@
 //! `/apis/coordination.k8s.io/v1/namespaces/{ns}/leases[/{name}]`, and each
 //! without `namespaces/{ns}` for lists across namespaces; the cluster-scoped
 //! Namespaces at `/api/v1/namespaces[/{name}]` ([`namespaces`]). GET, LIST (label
-//! selectors), POST, PUT, PATCH (JSON merge patch), DELETE and
-//! `?watch=true` streams; errors as `Status` bodies.
+//! and field selectors, Tables), POST, PUT, PATCH (merge, JSON, strategic
+//! and server-side apply, [`ssa`]), DELETE and `?watch=true` streams;
+//! errors as `Status` bodies. Every write records its field manager in
+//! `metadata.managedFields`.
 //!
 //! Every request needs the bearer token (except `/healthz`, mounted by the
 //! caller outside [`protect`]). A span per request carries method, path and
 //! status, never bodies or headers: Secrets pass through here.
 
 pub mod admission;
+mod apply;
 pub mod discovery;
 pub mod fields;
 mod handlers;
 pub mod namespaces;
 pub mod normalize;
 pub mod openapi;
+pub mod openapi_v2;
 mod patch;
 pub mod protobuf;
 pub mod scale;
+pub mod ssa;
 pub mod status;
 pub mod table;
 mod watch;
+mod writes;
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -120,6 +126,7 @@ pub fn routes(state: ApiState) -> Router {
 fn group_routes(group: Group) -> Router<ApiState> {
     use handlers::*;
     use patch::{patch, patch_namespace, patch_status};
+    use writes::*;
     let mut r = Router::new()
         .route(
             "/namespaces/{ns}/{plural}",

@@ -1,7 +1,8 @@
 //! `/openapi/v3`: the index of group-version documents and, per group
 //! version, an OpenAPI 3 document with each resource's paths (every
 //! operation tagged with `x-kubernetes-group-version-kind`, PATCH with the
-//! `fieldValidation`, `fieldManager` and `dryRun` query parameters) and the
+//! `fieldValidation`, `fieldManager` and `force` query parameters; no
+//! `dryRun`, which is refused) and the
 //! kinds' schemas under `components.schemas`: the CRD schemas for the
 //! metalherd kinds, k8s-openapi's for Kubernetes' own (under the names
 //! kube-apiserver gives them, `io.k8s.api.coordination.v1.Lease`).
@@ -9,7 +10,7 @@
 //! This is what kubectl reads to decide that the server validates fields
 //! itself (`kubectl apply` then sends `fieldValidation=Strict` instead of
 //! downloading `/openapi/v2` to validate on the client). `/openapi/v2` is
-//! not served.
+//! built from the same schemas in [`super::openapi_v2`].
 
 use axum::Router;
 use axum::response::{IntoResponse, Response};
@@ -21,7 +22,9 @@ use crate::api::{GROUP, Kind, VERSION};
 
 /// The index and a document per group version.
 pub fn routes<S: Clone + Send + Sync + 'static>() -> Router<S> {
-    let mut r = Router::new().route("/openapi/v3", get(|| async { json(index()) }));
+    let mut r = Router::new()
+        .route("/openapi/v3", get(|| async { json(index()) }))
+        .route("/openapi/v2", get(super::openapi_v2::serve));
     for group in Group::ALL {
         r = r.route(
             &format!("/openapi/v3{}", group.prefix()),
@@ -60,7 +63,7 @@ fn query_param(name: &str, description: &str) -> Value {
 }
 
 /// The GVK of a kind as the `x-kubernetes-group-version-kind` extension.
-fn gvk(kind: Kind) -> Value {
+pub(super) fn gvk(kind: Kind) -> Value {
     json!({"group": kind.group(), "version": kind.version(), "kind": kind.as_str()})
 }
 
@@ -80,7 +83,6 @@ fn paths_of(kind: Kind) -> Map<String, Value> {
     let k = kind.as_str();
     let write_params = || {
         vec![
-            query_param("dryRun", "When present, modifications are not persisted."),
             query_param("fieldManager", "The name of the actor making the change."),
             query_param(
                 "fieldValidation",
@@ -88,10 +90,15 @@ fn paths_of(kind: Kind) -> Map<String, Value> {
             ),
         ]
     };
+    let mut patch_params = write_params();
+    patch_params.push(query_param(
+        "force",
+        "Force is going to \"force\" Apply requests: the conflicting fields change owner.",
+    ));
     let mut item = json!({
         "get": operation(kind, "get", &format!("read{k}"), vec![]),
         "put": operation(kind, "put", &format!("replace{k}"), write_params()),
-        "patch": operation(kind, "patch", &format!("patch{k}"), write_params()),
+        "patch": operation(kind, "patch", &format!("patch{k}"), patch_params),
         "delete": operation(kind, "delete", &format!("delete{k}"), vec![]),
     });
     let mut params =
@@ -118,7 +125,7 @@ fn paths_of(kind: Kind) -> Map<String, Value> {
 }
 
 /// The definition name kube-apiserver gives a CRD kind's schema.
-fn schema_name(kind: Kind) -> String {
+pub(super) fn schema_name(kind: Kind) -> String {
     let reversed: Vec<&str> = GROUP.rsplit('.').collect();
     format!("{}.{VERSION}.{}", reversed.join("."), kind.as_str())
 }
@@ -128,7 +135,7 @@ fn schema_name(kind: Kind) -> String {
 /// `#/components/schemas/`; the kinds' own schemas carry their GVK.
 pub(super) fn builtin_schemas(group: Group) -> Map<String, Value> {
     use k8s_openapi::api::coordination::v1::Lease;
-    use k8s_openapi::api::core::v1::{Namespace, Secret};
+    use k8s_openapi::api::core::v1::{Event, Namespace, Secret};
     use schemars::JsonSchema;
     let mut generator = schemars::generate::SchemaSettings::openapi3().into_generator();
     let mut named = Vec::new();
@@ -138,6 +145,8 @@ pub(super) fn builtin_schemas(group: Group) -> Map<String, Value> {
             named.push((Kind::Secret, Secret::schema_name()));
             generator.subschema_for::<Namespace>();
             named.push((Kind::Namespace, Namespace::schema_name()));
+            generator.subschema_for::<Event>();
+            named.push((Kind::Event, Event::schema_name()));
         }
         Group::Coordination => {
             generator.subschema_for::<Lease>();
@@ -154,6 +163,30 @@ pub(super) fn builtin_schemas(group: Group) -> Map<String, Value> {
     defs
 }
 
+/// The CRD schemas of the metalherd kinds, under kube-apiserver's names,
+/// each with its GVK.
+pub(super) fn crd_schemas() -> Map<String, Value> {
+    let mut schemas = Map::new();
+    for crd in crate::api::crds() {
+        let Some(kind) = Kind::parse(&crd.spec.names.kind) else {
+            continue;
+        };
+        let schema = crd
+            .spec
+            .versions
+            .iter()
+            .find(|v| v.name == VERSION)
+            .and_then(|v| v.schema.as_ref())
+            .and_then(|s| s.open_api_v3_schema.as_ref())
+            .and_then(|s| serde_json::to_value(s).ok());
+        if let Some(mut schema) = schema {
+            schema["x-kubernetes-group-version-kind"] = json!([gvk(kind)]);
+            schemas.insert(schema_name(kind), schema);
+        }
+    }
+    schemas
+}
+
 fn document(group: Group) -> Value {
     let mut paths = Map::new();
     let mut schemas = builtin_schemas(group);
@@ -161,23 +194,7 @@ fn document(group: Group) -> Value {
         paths.extend(paths_of(kind));
     }
     if group == Group::Metalherd {
-        for crd in crate::api::crds() {
-            let Some(kind) = Kind::parse(&crd.spec.names.kind) else {
-                continue;
-            };
-            let schema = crd
-                .spec
-                .versions
-                .iter()
-                .find(|v| v.name == VERSION)
-                .and_then(|v| v.schema.as_ref())
-                .and_then(|s| s.open_api_v3_schema.as_ref())
-                .and_then(|s| serde_json::to_value(s).ok());
-            if let Some(mut schema) = schema {
-                schema["x-kubernetes-group-version-kind"] = json!([gvk(kind)]);
-                schemas.insert(schema_name(kind), schema);
-            }
-        }
+        schemas.extend(crd_schemas());
     }
     json!({
         "openapi": "3.0.0",

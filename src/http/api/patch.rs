@@ -1,31 +1,43 @@
 //! PATCH of an object or its status: JSON merge patches, JSON patches
-//! (RFC 6902) and, for Kubernetes' own kinds, the strategic merge patches
-//! kubectl sends them (as long as they are plain map merges). A patch that
-//! names a resourceVersion is a precondition; without one, a conflict with
-//! a concurrent writer is retried on the fresh object.
+//! (RFC 6902), for Kubernetes' own kinds the strategic merge patches
+//! kubectl sends them (as long as they are plain map merges), and
+//! server-side apply ([`super::apply`]). A patch that names a
+//! resourceVersion is a precondition; without one, a conflict with a
+//! concurrent writer is retried on the fresh object.
 
 use axum::Extension;
 use axum::body::Bytes;
-use axum::extract::{Path, State};
+use axum::extract::rejection::QueryRejection;
+use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use serde_json::Value;
 
 use super::handlers::{
-    Res, admitted, checked, conform, namespaced_kind, ok_json, parse_body, status_kind,
+    Res, admitted, checked, conform, content_type, namespaced_kind, ok_json, parse_body,
+    status_kind,
 };
+use super::writes::{Target, WriteQuery, Writer};
 use super::{ApiError, ApiState, Group};
 use crate::api::Kind;
-use crate::store::{StoreError, modify, resource_version_of};
+use crate::store::{modify, resource_version_of};
 
 pub async fn patch(
     State(st): State<ApiState>,
     Extension(group): Extension<Group>,
     Path((ns, plural, name)): Path<(String, String, String)>,
     headers: HeaderMap,
+    q: Result<Query<WriteQuery>, QueryRejection>,
     body: Bytes,
 ) -> Res {
     let kind = namespaced_kind(group, &plural)?;
-    patch_object(&st, kind, &ns, &name, &headers, &body, false).await
+    let w = Writer::new(q, &headers)?;
+    let t = Target {
+        kind,
+        ns: &ns,
+        name: &name,
+        status: false,
+    };
+    patch_object(&st, t, &headers, &body, &w).await
 }
 
 /// PATCH `/api/v1/namespaces/{name}`.
@@ -33,9 +45,17 @@ pub async fn patch_namespace(
     State(st): State<ApiState>,
     Path(name): Path<String>,
     headers: HeaderMap,
+    q: Result<Query<WriteQuery>, QueryRejection>,
     body: Bytes,
 ) -> Res {
-    patch_object(&st, Kind::Namespace, "", &name, &headers, &body, false).await
+    let w = Writer::new(q, &headers)?;
+    let t = Target {
+        kind: Kind::Namespace,
+        ns: "",
+        name: &name,
+        status: false,
+    };
+    patch_object(&st, t, &headers, &body, &w).await
 }
 
 pub async fn patch_status(
@@ -43,10 +63,18 @@ pub async fn patch_status(
     Extension(group): Extension<Group>,
     Path((ns, plural, name)): Path<(String, String, String)>,
     headers: HeaderMap,
+    q: Result<Query<WriteQuery>, QueryRejection>,
     body: Bytes,
 ) -> Res {
     let kind = status_kind(group, &plural)?;
-    patch_object(&st, kind, &ns, &name, &headers, &body, true).await
+    let w = Writer::new(q, &headers)?;
+    let t = Target {
+        kind,
+        ns: &ns,
+        name: &name,
+        status: true,
+    };
+    patch_object(&st, t, &headers, &body, &w).await
 }
 
 /// PATCH bodies are JSON merge patches: refuse any other Content-Type.
@@ -65,22 +93,21 @@ pub(super) fn merge_patch_type(headers: &HeaderMap) -> Result<(), ApiError> {
     ))
 }
 
-/// Apply a JSON merge patch to the stored object and write it back. A patch
-/// that names a resourceVersion is a precondition; without one, a conflict
-/// with a concurrent writer is retried on the fresh object.
+/// Patch the stored object and write it back. A patch that names a
+/// resourceVersion is a precondition; without one, a conflict with a
+/// concurrent writer is retried on the fresh object.
 async fn patch_object(
     st: &ApiState,
-    kind: Kind,
-    ns: &str,
-    name: &str,
+    t: Target<'_>,
     headers: &HeaderMap,
     body: &Bytes,
-    status: bool,
+    w: &Writer,
 ) -> Res {
-    let ct = headers
-        .get(header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or_default();
+    let (kind, ns, name, status) = (t.kind, t.ns, t.name, t.status);
+    let ct = content_type(headers);
+    if ct.starts_with("application/apply-patch+yaml") {
+        return super::apply::apply(st, t, body, w).await;
+    }
     let strategic = ct.starts_with("application/strategic-merge-patch+json");
     let json_patch = ct.starts_with("application/json-patch+json");
     // Strategic merge patches only for the built-in kinds, as in Kubernetes.
@@ -92,7 +119,7 @@ async fn patch_object(
             StatusCode::UNSUPPORTED_MEDIA_TYPE,
             "UnsupportedMediaType",
             format!(
-                "PATCH supports Content-Type application/merge-patch+json, application/json-patch+json (and application/strategic-merge-patch+json for Secrets, Events and Leases), got {ct:?}"
+                "PATCH supports Content-Type application/merge-patch+json, application/json-patch+json, application/apply-patch+yaml (and application/strategic-merge-patch+json for Kubernetes' own kinds), got {ct:?}"
             ),
         ));
     }
@@ -140,21 +167,18 @@ async fn patch_object(
             m.insert("resourceVersion".into(), rv);
         }
         conform(kind, ns, Some(name), &mut merged)?;
-        if status {
-            Ok::<_, ApiError>(Some(checked(kind, &merged)?))
+        let mut next = if status {
+            checked(kind, &merged)?
         } else {
-            Ok(Some(admitted(st, kind, &merged)?))
-        }
+            admitted(st, kind, &merged)?
+        };
+        w.track(kind, status, Some(&current), &mut next);
+        Ok::<_, ApiError>(Some(next))
     })
     .await?;
     match written {
         Some(v) => Ok(ok_json(StatusCode::OK, &v)),
-        None => Err(StoreError::NotFound {
-            kind,
-            namespace: ns.to_string(),
-            name: name.to_string(),
-        }
-        .into()),
+        None => Err(t.not_found()),
     }
 }
 

@@ -36,7 +36,7 @@ fn bad<T>(what: impl Into<String>) -> Result<T, ProtobufError> {
 
 /// One field of a message: its number and its value.
 #[derive(Debug)]
-enum Field<'a> {
+pub(super) enum Field<'a> {
     Varint(u64),
     Bytes(&'a [u8]),
     /// Fixed 32- and 64-bit values: no field read here has one.
@@ -44,7 +44,7 @@ enum Field<'a> {
 }
 
 /// The fields of one message, in order.
-fn fields(mut b: &[u8]) -> Result<Vec<(u64, Field<'_>)>, ProtobufError> {
+pub(super) fn fields(mut b: &[u8]) -> Result<Vec<(u64, Field<'_>)>, ProtobufError> {
     let mut out = Vec::new();
     while !b.is_empty() {
         let key = varint(&mut b)?;

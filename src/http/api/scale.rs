@@ -9,12 +9,14 @@
 
 use axum::Extension;
 use axum::body::Bytes;
-use axum::extract::{Path, State};
+use axum::extract::rejection::QueryRejection;
+use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode};
 use serde_json::{Value, json};
 
 use super::handlers::{Res, checked, namespaced_kind, ok_json, parse_body};
 use super::patch::merge_patch_type;
+use super::writes::{WriteQuery, Writer};
 use super::{ApiError, ApiState, Group};
 use crate::api::Kind;
 use crate::store::{StoreError, modify, resource_version_of};
@@ -117,11 +119,14 @@ pub async fn replace_scale(
     State(st): State<ApiState>,
     Extension(group): Extension<Group>,
     Path((ns, plural, name)): Path<(String, String, String)>,
+    headers: HeaderMap,
+    q: Result<Query<WriteQuery>, QueryRejection>,
     body: Bytes,
 ) -> Res {
     let kind = scale_kind(group, &plural)?;
+    let w = Writer::new(q, &headers)?;
     let scale = parse_body(&body)?;
-    write_scale(&st, kind, &ns, &name, |_| Ok(scale.clone())).await
+    write_scale(&st, kind, &ns, &name, &w, |_| Ok(scale.clone())).await
 }
 
 pub async fn patch_scale(
@@ -129,12 +134,14 @@ pub async fn patch_scale(
     Extension(group): Extension<Group>,
     Path((ns, plural, name)): Path<(String, String, String)>,
     headers: HeaderMap,
+    q: Result<Query<WriteQuery>, QueryRejection>,
     body: Bytes,
 ) -> Res {
     let kind = scale_kind(group, &plural)?;
     merge_patch_type(&headers)?;
+    let w = Writer::new(q, &headers)?;
     let patch = parse_body(&body)?;
-    write_scale(&st, kind, &ns, &name, |current| {
+    write_scale(&st, kind, &ns, &name, &w, |current| {
         let mut s = scale_of(current);
         json_patch::merge(&mut s, &patch);
         // A patch that names no resourceVersion is not a precondition.
@@ -155,6 +162,7 @@ async fn write_scale(
     kind: Kind,
     ns: &str,
     name: &str,
+    w: &Writer,
     want: impl Fn(&Value) -> Result<Value, ApiError>,
 ) -> Res {
     let mut precondition = None;
@@ -166,9 +174,10 @@ async fn write_scale(
         modify::Target::Object,
         modify::ATTEMPTS,
         |current| {
-            let Some(mut obj) = current else {
+            let Some(current) = current else {
                 return Ok(None);
             };
+            let mut obj = current.clone();
             let scale = want(&obj)?;
             let replicas = replicas_of(&scale, kind, name)?;
             if let Some(rv) = resource_version_of(&scale) {
@@ -185,7 +194,9 @@ async fn write_scale(
             if let Some(spec) = obj.get_mut("spec").and_then(Value::as_object_mut) {
                 spec.insert("replicas".into(), replicas.into());
             }
-            Ok::<_, ApiError>(Some(checked(kind, &obj)?))
+            let mut next = checked(kind, &obj)?;
+            w.track(kind, false, Some(&current), &mut next);
+            Ok::<_, ApiError>(Some(next))
         },
     )
     .await?;

@@ -336,3 +336,113 @@ async fn a_namespace_with_machines_is_not_deleted() {
     let (code, _) = call(&app, "GET", "/api/v1/namespaces/lab", None).await;
     assert_eq!(code, StatusCode::NOT_FOUND);
 }
+
+#[tokio::test]
+async fn server_side_apply_creates_owns_and_refuses_conflicts() {
+    let d = tempfile::tempdir().unwrap();
+    let app = app(&d).await;
+    let url = "/apis/coordination.k8s.io/v1/namespaces/default/leases/leader";
+    let apply = "application/apply-patch+yaml";
+    let yaml = |holder: &str| {
+        format!(
+            "apiVersion: coordination.k8s.io/v1\nkind: Lease\nmetadata:\n  name: leader\nspec:\n  holderIdentity: {holder}\n"
+        )
+    };
+    // fieldManager is required.
+    let (code, b) = send(&app, "PATCH", url, apply, yaml("a").as_bytes()).await;
+    assert_eq!(code, StatusCode::UNPROCESSABLE_ENTITY, "{b}");
+    assert!(
+        b["message"].as_str().unwrap().contains("fieldManager"),
+        "{b}"
+    );
+    // Created from YAML, owned by the manager.
+    let (code, b) = send(
+        &app,
+        "PATCH",
+        &format!("{url}?fieldManager=a"),
+        apply,
+        yaml("a").as_bytes(),
+    )
+    .await;
+    assert_eq!(code, StatusCode::CREATED, "{b}");
+    assert_eq!(b["metadata"]["managedFields"][0]["manager"], "a");
+    assert_eq!(b["metadata"]["managedFields"][0]["operation"], "Apply");
+    let rv = b["metadata"]["resourceVersion"].clone();
+    // Again: nothing changes, not even the resourceVersion.
+    let (code, b) = send(
+        &app,
+        "PATCH",
+        &format!("{url}?fieldManager=a"),
+        apply,
+        yaml("a").as_bytes(),
+    )
+    .await;
+    assert_eq!(
+        (code, &b["metadata"]["resourceVersion"]),
+        (StatusCode::OK, &rv),
+        "{b}"
+    );
+    // Another manager changing the holder conflicts, then forces.
+    let (code, b) = send(
+        &app,
+        "PATCH",
+        &format!("{url}?fieldManager=b"),
+        apply,
+        yaml("b").as_bytes(),
+    )
+    .await;
+    assert_eq!(
+        (code, b["reason"].as_str()),
+        (StatusCode::CONFLICT, Some("Conflict")),
+        "{b}"
+    );
+    assert_eq!(
+        b["details"]["causes"][0],
+        json!({"reason": "FieldManagerConflict", "message": "conflict with \"a\"", "field": ".spec.holderIdentity"})
+    );
+    let (code, b) = send(
+        &app,
+        "PATCH",
+        &format!("{url}?fieldManager=b&force=true"),
+        apply,
+        yaml("b").as_bytes(),
+    )
+    .await;
+    assert_eq!(code, StatusCode::OK, "{b}");
+    assert_eq!(b["spec"]["holderIdentity"], "b");
+    // A merge patch is an Update by its manager; the client's own
+    // managedFields are ignored.
+    let (code, b) = send(
+        &app,
+        "PATCH",
+        &format!("{url}?fieldManager=editor"),
+        "application/merge-patch+json",
+        br#"{"metadata":{"managedFields":[]},"spec":{"leaseDurationSeconds":30}}"#,
+    )
+    .await;
+    assert_eq!(code, StatusCode::OK, "{b}");
+    let managers: Vec<(&str, &str)> = b["metadata"]["managedFields"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| {
+            (
+                e["manager"].as_str().unwrap(),
+                e["operation"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(managers, [("b", "Apply"), ("editor", "Update")]);
+    // dryRun is refused rather than ignored.
+    let (code, _) = send(
+        &app,
+        "PATCH",
+        &format!("{url}?fieldManager=b&dryRun=All"),
+        apply,
+        yaml("c").as_bytes(),
+    )
+    .await;
+    assert_eq!(code, StatusCode::BAD_REQUEST);
+    let (_, b) = call(&app, "GET", url, None).await;
+    assert_eq!(b["spec"]["holderIdentity"], "b");
+}
