@@ -38,8 +38,15 @@ pub async fn serve(global: &crate::cli::GlobalArgs, args: ServeArgs) -> anyhow::
     };
     // Flags override the file; bad ones stop here, before anything binds.
     config.dhcp = args.dhcp_flags().apply(config.dhcp.take())?;
+    let history = config
+        .store
+        .clone()
+        .unwrap_or_default()
+        .history()
+        .map_err(|e| anyhow::anyhow!("config: {e}"))?;
     let store: Arc<dyn Store> = crate::store::open(&StoreConfig::Embedded {
         path: data_dir.join(STORE_FILE),
+        history,
     })
     .map_err(|e| anyhow::anyhow!("{e} (is another metalherd using this data directory?)"))?;
     // `default`, and a Namespace object for each namespace objects of an

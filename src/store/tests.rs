@@ -52,6 +52,7 @@ mod embedded {
         let dir = tempfile::tempdir().unwrap();
         let s = crate::store::open(&crate::store::StoreConfig::Embedded {
             path: dir.path().join("store.redb"),
+            history: crate::store::embedded::DEFAULT_HISTORY,
         })
         .unwrap();
         (Some(dir), s)
