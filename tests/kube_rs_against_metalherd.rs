@@ -343,3 +343,103 @@ async fn kube_rs_server_side_apply_of_a_lease_and_a_status() {
     }
     tokio::task::spawn_blocking(move || drop(s)).await.unwrap();
 }
+
+/// Collect what the watcher reports into `seen` until `want` (30 s at most).
+async fn until(
+    rx: &mut tokio::sync::mpsc::UnboundedReceiver<String>,
+    want: &str,
+    seen: &mut Vec<String>,
+) {
+    let found = tokio::time::timeout(Duration::from_secs(30), async {
+        while let Some(e) = rx.recv().await {
+            seen.push(e.clone());
+            if e == want {
+                return true;
+            }
+        }
+        false
+    })
+    .await;
+    let last = &seen[seen.len().saturating_sub(3)..];
+    assert_eq!(
+        found.ok(),
+        Some(true),
+        "no {want:?} in {} events, the last {last:?}",
+        seen.len()
+    );
+}
+
+/// A watcher that resumes from a version the server no longer keeps gets
+/// `410 Gone` (as an ERROR event, as kube-apiserver sends it) and lists
+/// again. The server keeps 5 changes (`store.watchHistory`); the watcher
+/// sees only the labelled Machine, so its version stays behind while the
+/// other Machine changes 20 times; its watches end every second and the
+/// next one resumes from that version.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kube_rs_watcher_relists_after_410_gone() {
+    use kube::runtime::watcher::{self, Event};
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let config = "controller:\n  enabled: false\nstore:\n  watchHistory: 5\n";
+    let s = tokio::task::spawn_blocking(move || Server::start_with_config(Some(config)))
+        .await
+        .unwrap();
+    let machines: Api<Machine> = Api::default_namespaced(client(&s).await);
+    let machine = |name: &str, labels: serde_json::Value| -> Machine {
+        serde_json::from_value(json!({
+            "apiVersion": "metalherd.dev/v1alpha1", "kind": "Machine",
+            "metadata": {"name": name, "labels": labels},
+            "spec": {"bmc": {"address": "ipmi://10.0.0.9", "credentialsSecretRef": {"name": "bmc"}}}
+        }))
+        .unwrap()
+    };
+    let pp = PostParams::default();
+    machines
+        .create(&pp, &machine("watched", json!({"watched": "yes"})))
+        .await
+        .unwrap();
+    machines
+        .create(&pp, &machine("busy", json!({})))
+        .await
+        .unwrap();
+
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let cfg = watcher::Config::default().labels("watched=yes").timeout(1);
+    let watch = tokio::spawn(watcher::watcher(machines.clone(), cfg).for_each(move |ev| {
+        let seen = match ev {
+            Ok(Event::Init) => "init".to_string(),
+            Ok(Event::InitApply(m)) => format!("list {}", m.metadata.name.unwrap_or_default()),
+            Ok(Event::InitDone) => "listed".to_string(),
+            Ok(Event::Apply(m)) => format!("apply {}", m.metadata.name.unwrap_or_default()),
+            Ok(Event::Delete(m)) => format!("delete {}", m.metadata.name.unwrap_or_default()),
+            Err(watcher::Error::WatchError(status)) => format!("error {}", status.code),
+            Err(e) => format!("failed {e}"),
+        };
+        let _ = tx.send(seen);
+        futures::future::ready(())
+    }));
+    let mut seen = Vec::new();
+    until(&mut rx, "listed", &mut seen).await;
+    assert_eq!(seen, ["init", "list watched", "listed"]);
+    for i in 0..20 {
+        machines
+            .patch(
+                "busy",
+                &PatchParams::default(),
+                &Patch::Merge(json!({"metadata": {"labels": {"n": i.to_string()}}})),
+            )
+            .await
+            .unwrap();
+    }
+    seen.clear();
+    until(&mut rx, "error 410", &mut seen).await;
+    assert!(
+        seen.iter()
+            .all(|e| !e.starts_with("apply") && !e.starts_with("failed")),
+        "{seen:?}"
+    );
+    seen.clear();
+    until(&mut rx, "listed", &mut seen).await;
+    assert_eq!(seen, ["init", "list watched", "listed"], "listed again");
+    watch.abort();
+    tokio::task::spawn_blocking(move || drop(s)).await.unwrap();
+}

@@ -39,7 +39,16 @@ pub async fn serve(global: &crate::cli::GlobalArgs, args: ServeArgs) -> anyhow::
     };
     // Flags override the file; bad ones stop here, before anything binds.
     config.dhcp = args.dhcp_flags().apply(config.dhcp.take())?;
-    let store_config = args.store_config(&data_dir).map_err(anyhow::Error::msg)?;
+    let history = config
+        .store
+        .clone()
+        .unwrap_or_default()
+        .history()
+        .map_err(|e| anyhow::anyhow!("config: {e}"))?;
+    let mut store_config = args.store_config(&data_dir).map_err(anyhow::Error::msg)?;
+    if let StoreConfig::Embedded { history: h, .. } = &mut store_config {
+        *h = history;
+    }
     let election = args.leader_election().map_err(anyhow::Error::msg)?;
     let store: Arc<dyn Store> = match crate::store::open(&store_config).await {
         Ok(s) => s,

@@ -149,14 +149,17 @@ pub async fn import(g: &GlobalArgs, a: ImportArgs) -> anyhow::Result<()> {
     let store: Arc<dyn Store> = if a.stopped {
         crate::datadir::prepare_data_dir(&g.data_dir)?;
         let path = g.data_dir.join(crate::datadir::STORE_FILE);
-        crate::store::open(&StoreConfig::Embedded { path: path.clone() })
-            .await
-            .with_context(|| {
-                format!(
-                    "cannot open {} (is a server running on it?)",
-                    path.display()
-                )
-            })?
+        crate::store::open(&StoreConfig::Embedded {
+            path: path.clone(),
+            history: crate::store::embedded::DEFAULT_HISTORY,
+        })
+        .await
+        .with_context(|| {
+            format!(
+                "cannot open {} (is a server running on it?)",
+                path.display()
+            )
+        })?
     } else {
         match &a.kubeconfig {
             Some(kc) => cluster(kc).await?,

@@ -110,6 +110,8 @@ impl ServeArgs {
                 }
                 Ok(StoreConfig::Embedded {
                     path: data_dir.join(crate::datadir::STORE_FILE),
+                    // The config file's `store.watchHistory` replaces it.
+                    history: crate::store::embedded::DEFAULT_HISTORY,
                 })
             }
             StoreBackend::Kubernetes => Ok(StoreConfig::Kubernetes {
@@ -184,7 +186,7 @@ mod tests {
     fn the_store_flags_pick_the_backend() {
         assert!(matches!(
             config(&[]),
-            Ok(StoreConfig::Embedded { path }) if path == std::path::Path::new("/data/metalherd.redb")
+            Ok(StoreConfig::Embedded { path, .. }) if path == std::path::Path::new("/data/metalherd.redb")
         ));
         assert!(matches!(
             config(&["--store", "kubernetes", "--kubeconfig", "/k", "--watch-namespace", "lab"]),

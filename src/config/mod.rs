@@ -21,6 +21,9 @@ pub struct ConfigFile {
     /// BMC quirks (`bmc.quirks:`), see `src/bmc/quirks/config.rs`.
     #[serde(default)]
     pub bmc: Option<crate::bmc::quirks::BmcConfig>,
+    /// The object store (`store.watchHistory`).
+    #[serde(default)]
+    pub store: Option<crate::store::StoreSettings>,
 }
 
 #[derive(Debug, thiserror::Error)]

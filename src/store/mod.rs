@@ -41,6 +41,28 @@ use crate::api::{Kind, ValidationErrors};
 pub use selector::Selector;
 pub use typed::{Object, TypedStore};
 
+/// The `store:` section of the config file.
+#[derive(Clone, Debug, Default, serde::Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct StoreSettings {
+    /// How many changes the store keeps for watches to resume from
+    /// (default [`embedded::DEFAULT_HISTORY`]); a client that resumes from
+    /// further back gets `410 Gone` and lists again.
+    #[serde(default)]
+    pub watch_history: Option<u64>,
+}
+
+impl StoreSettings {
+    /// The history to keep, checked.
+    pub fn history(&self) -> Result<u64, String> {
+        match self.watch_history {
+            None => Ok(embedded::DEFAULT_HISTORY),
+            Some(0) => Err("store.watchHistory must be at least 1".into()),
+            Some(n) => Ok(n),
+        }
+    }
+}
+
 /// Namespace used when a manifest names none.
 pub const DEFAULT_NAMESPACE: &str = "default";
 
@@ -217,8 +239,9 @@ pub trait Store: Send + Sync + 'static {
 #[derive(Clone, Debug)]
 #[non_exhaustive]
 pub enum StoreConfig {
-    /// One redb file (created when missing).
-    Embedded { path: PathBuf },
+    /// One redb file (created when missing), keeping the last `history`
+    /// changes for watches to resume from.
+    Embedded { path: PathBuf, history: u64 },
     /// In-process only; everything is lost when the process ends.
     Memory,
     /// Resources on a Kubernetes API server; nothing kept in this process.
@@ -235,7 +258,9 @@ pub enum StoreConfig {
 /// Open the configured backend.
 pub async fn open(config: &StoreConfig) -> Result<Arc<dyn Store>, StoreError> {
     Ok(match config {
-        StoreConfig::Embedded { path } => Arc::new(embedded::EmbeddedStore::open(path)?),
+        StoreConfig::Embedded { path, history } => {
+            Arc::new(embedded::EmbeddedStore::open_keeping(path, *history)?)
+        }
         StoreConfig::Memory => Arc::new(memory::MemoryStore::new()),
         StoreConfig::Kubernetes {
             kubeconfig,

@@ -19,6 +19,7 @@ mod embedded {
         let dir = tempfile::tempdir().unwrap();
         let s = crate::store::open(&crate::store::StoreConfig::Embedded {
             path: dir.path().join("store.redb"),
+            history: crate::store::embedded::DEFAULT_HISTORY,
         })
         .await
         .unwrap();
@@ -70,6 +71,7 @@ async fn a_refused_write_does_not_move_the_list_version_embedded() {
     let dir = tempfile::tempdir().unwrap();
     let s = open(&StoreConfig::Embedded {
         path: dir.path().join("store.redb"),
+        history: crate::store::embedded::DEFAULT_HISTORY,
     })
     .await
     .unwrap();

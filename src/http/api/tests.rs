@@ -446,3 +446,50 @@ async fn server_side_apply_creates_owns_and_refuses_conflicts() {
     let (_, b) = call(&app, "GET", url, None).await;
     assert_eq!(b["spec"]["holderIdentity"], "b");
 }
+
+/// A watch from a version the store no longer keeps is answered as
+/// kube-apiserver does: 200 and one ERROR event with a 410 `Expired`
+/// Status (clients re-list on it), not an HTTP 410.
+#[tokio::test]
+async fn a_watch_from_too_old_a_version_gets_an_error_event() {
+    let store = crate::store::memory::MemoryStore::with_log_limit(2);
+    let store: Arc<dyn Store> = Arc::new(store);
+    namespaces::ensure(&*store).await.unwrap();
+    let metrics = ApiMetrics::register(&MetricsRegistry::new());
+    let st = ApiState {
+        store,
+        cancel: CancellationToken::new(),
+        metrics: metrics.clone(),
+        admission: Default::default(),
+        namespaces: Default::default(),
+    };
+    let app = protect(
+        routes(st),
+        crate::http::ops::health_routes(),
+        "t0k",
+        metrics,
+    );
+    let url = "/api/v1/namespaces/default/secrets";
+    for i in 0..5 {
+        let s = json!({"metadata": {"name": format!("s{i}")}, "stringData": {"a": "b"}});
+        let (code, _) = call(&app, "POST", url, Some(s)).await;
+        assert_eq!(code, StatusCode::CREATED);
+    }
+    let req = Request::builder()
+        .uri(format!("{url}?watch=true&resourceVersion=1"))
+        .header("authorization", "Bearer t0k")
+        .body(Body::empty())
+        .unwrap();
+    let resp = app.clone().oneshot(req).await.unwrap();
+    assert_eq!(resp.status(), StatusCode::OK);
+    let bytes = resp.into_body().collect().await.unwrap().to_bytes();
+    let lines: Vec<Value> = bytes
+        .split(|b| *b == b'\n')
+        .filter(|l| !l.is_empty())
+        .map(|l| serde_json::from_slice(l).unwrap())
+        .collect();
+    assert_eq!(lines.len(), 1, "{lines:?}");
+    assert_eq!(lines[0]["type"], "ERROR");
+    assert_eq!(lines[0]["object"]["code"], 410);
+    assert_eq!(lines[0]["object"]["reason"], "Expired");
+}

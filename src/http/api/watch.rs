@@ -4,6 +4,12 @@
 //! changes; with one it yields every change after it. A store error ends
 //! the stream with an `ERROR` event carrying a `Status` (410 `Expired` for a
 //! version too old). Streams end on shutdown and after `timeoutSeconds`.
+//!
+//! A version already too old when the watch starts is answered as
+//! kube-apiserver answers it too: 200 and a single `ERROR` 410 event, not
+//! an HTTP 410. Clients re-list on that event (kube-rs' watcher and
+//! client-go's reflector do); an HTTP 410 at the start would have kube-rs
+//! retry the same version for ever.
 
 use std::convert::Infallible;
 use std::time::Duration;
@@ -67,9 +73,16 @@ pub async fn watch(
             (list.items, list.resource_version)
         }
     };
-    // Open the store watch before answering so a bad version is a plain
-    // HTTP error rather than an ERROR event.
-    let changes = st.store.watch(kind, &opts, Some(&from)).await?;
+    // Open the store watch before answering so a version the store never
+    // gave out is a plain HTTP error; one too old is an ERROR event.
+    let changes = match st.store.watch(kind, &opts, Some(&from)).await {
+        Ok(changes) => changes,
+        Err(e @ StoreError::Gone { .. }) => {
+            let gone = stream::once(async move { Ok(error_line(e)) });
+            return stream_response(Box::pin(gone));
+        }
+        Err(e) => return Err(e.into()),
+    };
     let added: Vec<Bytes> = initial
         .iter()
         .filter_map(|o| shape.render(kind, "ADDED", o))
@@ -115,8 +128,12 @@ pub async fn watch(
             let _keep = &gauge;
             b
         });
-    let body: std::pin::Pin<Box<dyn Stream<Item = Result<Bytes, Infallible>> + Send>> =
-        Box::pin(body);
+    stream_response(Box::pin(body))
+}
+
+type Lines = std::pin::Pin<Box<dyn Stream<Item = Result<Bytes, Infallible>> + Send>>;
+
+fn stream_response(body: Lines) -> Result<Response, ApiError> {
     Response::builder()
         .status(StatusCode::OK)
         .header(header::CONTENT_TYPE, "application/json")

@@ -23,6 +23,9 @@ mod tables;
 mod writer;
 
 use tables::{Inner, LOG, META, OBJECTS, backend, last_rv, read_log};
+
+/// Changes kept for watch resumption unless told otherwise.
+pub const DEFAULT_HISTORY: u64 = tables::LOG_KEEP;
 use writer::Writer;
 
 use super::semantics::{self, Change};
@@ -61,6 +64,12 @@ impl EmbeddedStore {
     /// Open (or create) the store file. Fails with a clear error when the
     /// file cannot be created or is locked by another process.
     pub fn open(path: &Path) -> Result<EmbeddedStore, StoreError> {
+        EmbeddedStore::open_keeping(path, tables::LOG_KEEP)
+    }
+
+    /// [`EmbeddedStore::open`], keeping the last `keep` changes (at least
+    /// one) for watches to resume from.
+    pub fn open_keeping(path: &Path, keep: u64) -> Result<EmbeddedStore, StoreError> {
         let db = Database::builder()
             .set_cache_size(CACHE_BYTES)
             .create(path)
@@ -80,6 +89,7 @@ impl EmbeddedStore {
             db,
             tx,
             path: path.to_path_buf(),
+            keep: keep.max(1),
         });
         let writer = Arc::new(Writer::spawn(inner.clone())?);
         Ok(EmbeddedStore { inner, writer })

@@ -18,11 +18,12 @@ pub(super) const LOG: TableDefinition<u64, &[u8]> = TableDefinition::new("log");
 /// Counters: `rv` (last resourceVersion).
 pub(super) const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
 
-/// How many changes the log keeps for watch resumption. Each record holds
-/// the whole object, so this bounds the file (a watcher further behind
-/// gets `Gone` and lists again, as with Kubernetes' compaction).
-const LOG_KEEP: u64 = 50_000;
-/// Prune the log every this many writes.
+/// How many changes the log keeps for watch resumption unless told
+/// otherwise. Each record holds the whole object, so this bounds the file
+/// (a watcher further behind gets `Gone` and lists again, as with
+/// Kubernetes' compaction).
+pub const LOG_KEEP: u64 = 50_000;
+/// Prune the log every this many writes (or every `keep`, if fewer).
 const PRUNE_EVERY: u64 = 1_000;
 
 /// A change as broadcast to live watchers.
@@ -38,6 +39,8 @@ pub(super) struct Inner {
     /// Live changes, sent by the writer thread in resourceVersion order.
     pub(super) tx: broadcast::Sender<Broadcast>,
     pub(super) path: PathBuf,
+    /// Changes the log keeps (at least 1).
+    pub(super) keep: u64,
 }
 
 pub(super) fn backend<E: std::fmt::Display>(e: E) -> StoreError {
@@ -67,15 +70,18 @@ pub(super) fn append_log(
     Ok(())
 }
 
-/// Trim the log once per `PRUNE_EVERY` writes (when a commit that took the
+/// Trim the log to its last `keep` changes once per `PRUNE_EVERY` writes
+/// (or `keep`, if fewer) (when a commit that took the
 /// version from `from` to `rv` crossed a multiple of it).
 pub(super) fn prune(
     log: &mut redb::Table<u64, &[u8]>,
     from: u64,
     rv: u64,
+    keep: u64,
 ) -> Result<(), StoreError> {
-    if rv / PRUNE_EVERY != from / PRUNE_EVERY && rv > LOG_KEEP {
-        let cut = rv - LOG_KEEP;
+    let every = PRUNE_EVERY.min(keep).max(1);
+    if rv / every != from / every && rv > keep {
+        let cut = rv - keep;
         log.retain_in(..cut, |_, _| false).map_err(backend)?;
     }
     Ok(())

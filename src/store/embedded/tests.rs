@@ -130,3 +130,31 @@ async fn watch_reopens_after_restart_and_misses_nothing() {
     assert_eq!(ev.object()["metadata"]["name"], "m2");
     assert!(matches!(ev, WatchEvent::Added(_)));
 }
+
+#[tokio::test]
+async fn a_short_history_answers_gone_past_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = EmbeddedStore::open_keeping(&dir.path().join("s.redb"), 3).unwrap();
+    let first = s.create(Kind::Machine, machine("m0")).await.unwrap();
+    let mut last = first.clone();
+    for i in 1..10 {
+        last = s
+            .create(Kind::Machine, machine(&format!("m{i}")))
+            .await
+            .unwrap();
+    }
+    let from_first = rv(&first).to_string();
+    let opts = ListOptions::default();
+    match s.watch(Kind::Machine, &opts, Some(&from_first)).await {
+        Err(StoreError::Gone { .. }) => {}
+        Err(e) => panic!("{e}"),
+        Ok(_) => panic!("a watch from {from_first} of 10 changes, 3 kept"),
+    }
+    // Recent enough: the changes after it, in order.
+    let recent = (rv(&last) - 2).to_string();
+    let mut w = s.watch(Kind::Machine, &opts, Some(&recent)).await.unwrap();
+    for want in ["m8", "m9"] {
+        let ev = w.next().await.unwrap().unwrap();
+        assert_eq!(ev.object()["metadata"]["name"], want);
+    }
+}

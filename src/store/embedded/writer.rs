@@ -114,7 +114,7 @@ fn commit_batch(inner: &Inner, batch: Vec<Job>) {
     let mut replies: Vec<Reply> = Vec::with_capacity(batch.len());
     let mut broadcasts: Vec<Broadcast> = Vec::new();
     let committed = inner.db.begin_write().map_err(backend).and_then(|w| {
-        apply(&w, batch, &mut replies, &mut broadcasts)?;
+        apply(&w, batch, inner.keep, &mut replies, &mut broadcasts)?;
         w.commit().map_err(backend)
     });
     match committed {
@@ -147,6 +147,7 @@ fn commit_batch(inner: &Inner, batch: Vec<Job>) {
 fn apply(
     w: &WriteTransaction,
     batch: Vec<Job>,
+    keep: u64,
     replies: &mut Vec<Reply>,
     broadcasts: &mut Vec<Broadcast>,
 ) -> Result<(), StoreError> {
@@ -207,7 +208,7 @@ fn apply(
     }
     if rv != first_rv {
         meta.insert("rv", rv).map_err(backend)?;
-        prune(&mut log, first_rv, rv)?;
+        prune(&mut log, first_rv, rv, keep)?;
     }
     Ok(())
 }
