@@ -6,14 +6,17 @@
 //! rollout's wall time against the ideal (batches x the simulated install
 //! time), store writes per reimaged machine and the process's peak RSS.
 
-use std::sync::Arc;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use metalherd::api::{MachineClass, MachineSet};
+use futures::StreamExt;
+use metalherd::api::machine_set::REVISION_LABEL;
+use metalherd::api::{Kind, MachineClass, MachineSet};
 use metalherd::controller::machine_set::start::start_machine_set_controller;
 use metalherd::controller::runner::RunnerMetrics;
 use metalherd::store::{ListOptions, Store, TypedStore};
-use serde_json::json;
+use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
 /// Start the MachineSet controller and declare the set over all `n`.
@@ -75,6 +78,10 @@ pub async fn roll(
     }
     let (w0, walks0) = (writes(store).await, walks());
     let t0 = Instant::now();
+    let profile = Arc::new(Mutex::new(Profile::default()));
+    for kind in [Kind::Machine, Kind::MachineSet, Kind::Event] {
+        follow(store, kind, profile.clone(), t0).await;
+    }
     let mut class: MachineClass = store.get_obj("default", "workers").await.unwrap();
     class.spec.image.version = format!("{}-next", class.spec.image.version);
     store.update_obj(&class).await.unwrap();
@@ -93,7 +100,7 @@ pub async fn roll(
             && st.updated_replicas == n as i32
             && st.current_batch.is_none()
         {
-            break st.completed_batches.len();
+            break st.completed_batches.last().map_or(0, |b| b.number);
         }
     };
     let wall = t0.elapsed();
@@ -119,5 +126,127 @@ pub async fn roll(
         writes as f64 / reimaged.max(1) as f64,
         super::peak_rss_kib() / 1024,
     );
+    profile.lock().unwrap().report();
     assert_eq!(reimaged, n, "each machine reimaged exactly once");
+}
+
+/// Where a rollout's time and writes go, from store watches opened before
+/// the class change: writes and bytes by kind, and per reimaged machine
+/// the mean time from its pin to each step (phase Reimaging, boot minted,
+/// power-on marker, install done, Ready), plus each batch's span.
+#[derive(Default)]
+pub struct Profile {
+    writes: BTreeMap<&'static str, (u64, u64)>,
+    /// Per machine: when each step was first seen (seconds since t0).
+    steps: HashMap<String, [Option<f64>; STEPS.len()]>,
+    /// Batch number -> (start, end) seconds since t0.
+    batches: BTreeMap<i64, (f64, Option<f64>)>,
+}
+
+const STEPS: [&str; 6] = [
+    "pinned",
+    "reimaging",
+    "minted",
+    "powered_on",
+    "installed",
+    "ready",
+];
+
+impl Profile {
+    fn machine(&mut self, o: &Value, at: f64) {
+        let name = o["metadata"]["name"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
+        let pinned = o["metadata"]["labels"][REVISION_LABEL].as_str() == Some("2");
+        let st = &o["status"];
+        let boot = &st["boot"];
+        let reimage = boot["purpose"].as_str() == Some("reimage");
+        let seen = [
+            pinned,
+            pinned && st["phase"].as_str() == Some("Reimaging"),
+            pinned && reimage,
+            pinned && reimage && st["progress"]["powerCycledFor"] == boot["id"],
+            pinned && reimage && !boot["completedAt"].is_null(),
+            pinned && reimage && st["phase"].as_str() == Some("Ready"),
+        ];
+        let e = self.steps.entry(name).or_default();
+        for (i, s) in seen.iter().enumerate() {
+            if *s && e[i].is_none() {
+                e[i] = Some(at);
+            }
+        }
+    }
+
+    fn set(&mut self, o: &Value, at: f64) {
+        if let Some(n) = o["status"]["currentBatch"]["number"].as_i64() {
+            self.batches.entry(n).or_insert((at, None));
+        }
+        for (n, b) in self.batches.iter_mut() {
+            let open = o["status"]["currentBatch"]["number"].as_i64() == Some(*n);
+            if !open && b.1.is_none() {
+                b.1 = Some(at);
+            }
+        }
+    }
+
+    pub fn report(&self) {
+        println!("BENCH rollout writes by kind (count, MiB): {:?}", {
+            let m: BTreeMap<_, _> = self
+                .writes
+                .iter()
+                .map(|(k, (c, b))| (*k, (*c, format!("{:.1}", *b as f64 / 1048576.0))))
+                .collect();
+            m
+        });
+        let mut line = String::from("BENCH rollout mean s from pin:");
+        for (i, s) in STEPS.iter().enumerate().skip(1) {
+            let v: Vec<f64> = self
+                .steps
+                .values()
+                .filter_map(|e| Some(e[i]? - e[0]?))
+                .collect();
+            let mean = v.iter().sum::<f64>() / v.len().max(1) as f64;
+            line += &format!(" {s}={mean:.2}");
+        }
+        println!("{line}");
+        let mut prev_end = 0.0;
+        let mut line = String::from("BENCH rollout batches (start+duration, gap before):");
+        for (n, (s, e)) in &self.batches {
+            let e = e.unwrap_or(*s);
+            line += &format!(" {n}:{s:.1}+{:.1}/{:.1}", e - s, s - prev_end);
+            prev_end = e;
+        }
+        println!("{line}");
+    }
+}
+
+/// Follow `kind` from now on into `p`.
+pub async fn follow(store: &Arc<dyn Store>, kind: Kind, p: Arc<Mutex<Profile>>, t0: Instant) {
+    // From the version listed now: only later writes are seen.
+    let rv = store
+        .list(kind, &ListOptions::default())
+        .await
+        .unwrap()
+        .resource_version;
+    let mut w = store
+        .watch(kind, &ListOptions::default(), Some(&rv))
+        .await
+        .unwrap();
+    tokio::spawn(async move {
+        while let Some(Ok(ev)) = w.next().await {
+            let o = ev.object();
+            let at = t0.elapsed().as_secs_f64();
+            let mut p = p.lock().unwrap();
+            let bytes = serde_json::to_vec(o).map(|v| v.len() as u64).unwrap_or(0);
+            let e = p.writes.entry(kind.as_str()).or_default();
+            e.0 += 1;
+            e.1 += bytes;
+            match kind {
+                Kind::Machine => p.machine(o, at),
+                Kind::MachineSet => p.set(o, at),
+                _ => {}
+            }
+        }
+    });
 }

@@ -18,6 +18,9 @@ use super::condition::Condition;
 use super::machine::MachineOverrides;
 use super::machine_class::MachineClassSpec;
 
+/// How many passed batches `status.completedBatches` keeps.
+pub const BATCH_HISTORY: usize = 10;
+
 /// Label on a Machine naming the set that claimed it.
 pub const SET_LABEL: &str = "metalherd.dev/machineset";
 /// Label on a claimed Machine: the set revision (a number) it is pinned to.
@@ -175,7 +178,8 @@ pub struct MachineSetStatus {
     /// The batch in flight, recorded before its machines are touched.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub current_batch: Option<Batch>,
-    /// Batches of the rollout of `updateRevision` already through the gate.
+    /// The last 10 batches of the rollout of `updateRevision` already
+    /// through the gate, oldest first (batch numbers keep counting).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub completed_batches: Vec<Batch>,
     #[serde(default, skip_serializing_if = "Option::is_none")]

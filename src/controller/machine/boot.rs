@@ -164,8 +164,7 @@ impl Planner<'_> {
                 // Off first, and seen off: the boot's token becomes valid
                 // with the marker below, when nothing from the disk (the OS
                 // a reimage replaces) can be running to use it.
-                self.push(Step::PowerOff);
-                return wait(limits.poll, "power off");
+                return self.power_off(Some(b.minted_at));
             }
             self.push(Step::SetBootOnce(BootDevice::Network));
             // The marker goes first: after a crash the power-on is not
@@ -205,6 +204,30 @@ impl Planner<'_> {
             self.push(Step::PowerOn);
         }
         wait(limits.poll.min(limits.install_deadline - spent), "install")
+    }
+
+    /// The server is on and must go off: ask, then look again soon. A
+    /// power-off takes from a moment to tens of seconds, so the look backs
+    /// off (see [`power_look`]) rather than waiting a whole `poll`. The
+    /// request is recorded (`powerOffAt`, in the write that precedes the
+    /// action anyway) so later looks only look: it is repeated once a whole
+    /// `poll` passed with the server still on (a lost action). A record
+    /// older than `since` (the boot's mint) belongs to an earlier run.
+    fn power_off(&mut self, since: Option<jiff::Timestamp>) -> Step {
+        let poll = self.o.limits.poll;
+        let asked = self
+            .progress()
+            .time(progress::POWER_OFF_AT)
+            .filter(|t| since.is_none_or(|s| *t >= s))
+            .map(|t| elapsed(t, self.now));
+        match asked {
+            Some(spent) if spent < poll => wait(power_look(spent, poll), "power off"),
+            _ => {
+                self.set_progress(progress::POWER_OFF_AT, self.now.to_string());
+                self.push(Step::PowerOff);
+                wait(power_look(std::time::Duration::ZERO, poll), "power off")
+            }
+        }
     }
 
     /// A boot failed (`outcome`): close it, count it, back off; too many in
@@ -380,8 +403,7 @@ impl Planner<'_> {
         }
         match self.o.bmc {
             BmcObserved::Reachable { power } if power != PowerState::Off => {
-                self.push(Step::PowerOff);
-                return wait(limits.poll, "power off");
+                return self.power_off(None);
             }
             BmcObserved::Unreachable { .. } | BmcObserved::NotAsked => return self.wait_bmc(),
             BmcObserved::Reachable { .. } => {}
@@ -401,6 +423,17 @@ impl Planner<'_> {
         self.set_phase(MachinePhase::Available);
         again()
     }
+}
+
+/// The first look after a power-off request.
+pub const POWER_LOOK_MIN: std::time::Duration = std::time::Duration::from_millis(250);
+
+/// How long to wait before looking at a server asked to power off `spent`
+/// ago: as long as it has already taken (so the looks double: 0.25 s,
+/// 0.5 s, 1 s, ...), at least [`POWER_LOOK_MIN`], at most `poll`. A few
+/// power-state reads per power-off, never a steady stream.
+pub fn power_look(spent: std::time::Duration, poll: std::time::Duration) -> std::time::Duration {
+    spent.max(POWER_LOOK_MIN).min(poll)
 }
 
 fn fail_reason(purpose: BootPurpose, timeout: bool) -> &'static str {

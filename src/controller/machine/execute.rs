@@ -89,7 +89,15 @@ struct Work {
     slot_denied: bool,
     /// Phase as last written (for transition events).
     written_phase: Option<MachinePhase>,
+    /// Phases set since the last write and left again before it (named
+    /// in the transition event).
+    passed: Vec<MachinePhase>,
 }
+
+/// How many plans may follow the first in one reconcile (see
+/// [`Executor::run`]); a bound, so a plan that keeps asking again cannot
+/// hold the reconcile.
+pub const MERGED_PLANS: usize = 8;
 
 enum Stop {
     Conflict,
@@ -114,22 +122,46 @@ impl Executor<'_> {
     /// Run `plan` on `machine` (as read from the store at the start of
     /// this reconcile). Store errors other than conflicts and not-found are
     /// returned for the runner to back off on.
-    pub async fn run(&self, machine: Machine, plan: &Plan) -> Result<Outcome, StoreError> {
+    ///
+    /// A plan that asks to be looked at again right away, and took no step
+    /// that changes what was observed (a power action, a Node operation),
+    /// is followed at once by `again`'s plan for the machine as it is now,
+    /// up to [`MERGED_PLANS`] times, so status steps that no side effect
+    /// separates go out in one write: the write before the next effect.
+    pub async fn run(
+        &self,
+        machine: Machine,
+        first: Plan,
+        again: impl Fn(&Machine) -> Plan,
+    ) -> Result<Outcome, StoreError> {
         let phase = machine.status.as_ref().and_then(|s| s.phase);
         let mut w = Work {
             m: machine,
             dirty: false,
             slot_denied: false,
             written_phase: phase,
+            passed: Vec::new(),
         };
+        let mut plan = first;
         let mut result = Ok(Outcome::Done(plan.requeue_after()));
-        for step in &plan.steps {
-            if let Err(stop) = self.step(&mut w, step).await {
-                result = self.stopped(stop);
+        for merged in 0..=MERGED_PLANS {
+            if merged > 0 {
+                plan = again(&w.m);
+                result = Ok(Outcome::Done(plan.requeue_after()));
+            }
+            for step in &plan.steps {
+                if let Err(stop) = self.step(&mut w, step).await {
+                    result = self.stopped(stop);
+                    break;
+                }
+            }
+            if !matches!(result, Ok(Outcome::Done(_))) || !plan.continues_at_once() {
                 break;
             }
         }
-        if matches!(result, Ok(Outcome::Done(_)))
+        // A plan stopped for want of a boot slot keeps what earlier merged
+        // plans decided (the phase it reached, its Waiting condition).
+        if (matches!(result, Ok(Outcome::Done(_))) || w.slot_denied)
             && let Err(stop) = self.flush(&mut w).await
         {
             result = self.stopped(stop);
@@ -178,7 +210,9 @@ impl Executor<'_> {
                 self.metadata_step(w, step).await
             }
             StepKind::Effect => {
-                self.flush(w).await?;
+                if step.needs_record_before() {
+                    self.flush(w).await?;
+                }
                 self.effect(w, step).await
             }
             StepKind::Schedule => Ok(()),
@@ -196,6 +230,11 @@ impl Executor<'_> {
             }
             st.boot = Some(mint(*purpose, revision.clone(), self.now));
         } else {
+            if let (Step::SetPhase(_), Some(p)) = (step, st.phase)
+                && Some(p) != w.written_phase
+            {
+                w.passed.push(p);
+            }
             apply_status(st, step, self.now);
         }
         w.dirty = true;
@@ -211,22 +250,36 @@ impl Executor<'_> {
         w.m = written;
         w.dirty = false;
         let phase = w.m.status.as_ref().and_then(|s| s.phase);
+        let passed = std::mem::take(&mut w.passed);
         if phase != w.written_phase {
-            self.phase_event(&w.m, w.written_phase, phase).await;
+            self.phase_event(&w.m, w.written_phase, &passed, phase)
+                .await;
             w.written_phase = phase;
         }
         Ok(())
     }
 
-    async fn phase_event(&self, m: &Machine, from: Option<MachinePhase>, to: Option<MachinePhase>) {
+    /// One event per written phase change, naming the phases passed
+    /// through since the last write (`Registering → Available →
+    /// Provisioning`).
+    async fn phase_event(
+        &self,
+        m: &Machine,
+        from: Option<MachinePhase>,
+        passed: &[MachinePhase],
+        to: Option<MachinePhase>,
+    ) {
         let Some(to) = to else { return };
-        let from = from.map_or("(new)", MachinePhase::as_str);
+        let mut path = from.map_or("(new)", MachinePhase::as_str).to_string();
+        for p in passed.iter().filter(|p| Some(**p) != from && **p != to) {
+            path = format!("{path} → {}", p.as_str());
+        }
         let (type_, message) = match (to, m.status.as_ref().and_then(|s| s.last_error.as_ref())) {
             (MachinePhase::Error, Some(e)) => (
                 EventType::Warning,
-                format!("{from} → {}: {}: {}", to.as_str(), e.reason, e.message),
+                format!("{path} → {}: {}: {}", to.as_str(), e.reason, e.message),
             ),
-            _ => (EventType::Normal, format!("{from} → {}", to.as_str())),
+            _ => (EventType::Normal, format!("{path} → {}", to.as_str())),
         };
         self.event(m, type_, to.as_str(), &message).await;
     }

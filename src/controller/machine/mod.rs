@@ -3,7 +3,7 @@
 //! to the next steps; an executor (BMC, store, target cluster) carries them
 //! out.
 
-mod boot;
+pub(crate) mod boot;
 pub mod decide;
 pub mod execute;
 pub mod hw_labels;

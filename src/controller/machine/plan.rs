@@ -38,6 +38,9 @@ pub mod progress {
     pub const POWER_CYCLED_FOR: &str = "powerCycledFor";
     /// When that happened; the install deadline runs from here.
     pub const POWERED_AT: &str = "poweredAt";
+    /// When the server was last asked to power off (RFC 3339): later looks
+    /// only look until a whole `poll` has passed.
+    pub const POWER_OFF_AT: &str = "powerOffAt";
     /// Boot id after whose install the boot device was set to the disk.
     pub const DISK_BOOT_FOR: &str = "diskBootFor";
     /// Boot id whose reimage already cordoned, drained and deleted the Node.
@@ -303,6 +306,15 @@ pub enum StepKind {
 }
 
 impl Step {
+    /// Whether the status changes before this effect must be written
+    /// before it runs: yes for every step that changes something outside
+    /// (BMC settings and power, the Node, the address), so a crash right
+    /// after one finds its record. Reading the inventory changes nothing:
+    /// the registration before it goes out with the inventory itself.
+    pub fn needs_record_before(&self) -> bool {
+        !matches!(self, Step::ReadInventory)
+    }
+
     pub fn kind(&self) -> StepKind {
         use Step::*;
         match self {
@@ -380,6 +392,28 @@ impl Plan {
             self.steps.last(),
             Some(Step::WaitFor { what, .. }) if *what == BOOT_SLOT
         )
+    }
+
+    /// Whether the next decision may follow in the same reconcile (see
+    /// `Executor::run`): the plan asks to be looked at again right away
+    /// and took no step that changes what was observed for it (power
+    /// state, the Node) or ends the object.
+    pub fn continues_at_once(&self) -> bool {
+        use Step::*;
+        self.requeue_after() == Some(Duration::ZERO)
+            && !self.steps.iter().any(|s| {
+                matches!(
+                    s,
+                    PowerOn
+                        | PowerCycle
+                        | PowerOff
+                        | CordonNode(_)
+                        | DrainNode(_)
+                        | DeleteNode(_)
+                        | UncordonNode(_)
+                        | RemoveFinalizer
+                )
+            })
     }
 
     pub fn effects(&self) -> impl Iterator<Item = &Step> {

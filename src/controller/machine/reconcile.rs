@@ -169,7 +169,12 @@ impl MachineReconciler {
         let plan = super::decide(&m, &observed, now);
         tracing::debug!(%plan, "plan");
         let ex = self.executor(key, bmc.as_deref(), now);
-        let result = ex.run(m, &plan).await;
+        let again = |m: &Machine| {
+            let plan = super::decide(m, &observed, now);
+            tracing::debug!(%plan, "plan (same reconcile)");
+            plan
+        };
+        let result = ex.run(m, plan, again).await;
         if let Some(b) = &bmc
             && let Err(e) = b.close().await
         {

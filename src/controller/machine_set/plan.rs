@@ -48,8 +48,8 @@ use sha2::{Digest, Sha256};
 
 use crate::api::condition::set_condition;
 use crate::api::machine_set::{
-    Batch, BatchMachine, DEFAULT_REVISION_HISTORY, MachineSet, MachineSetStatus, RolloutFailure,
-    RolloutState, SetRevision,
+    BATCH_HISTORY, Batch, BatchMachine, DEFAULT_REVISION_HISTORY, MachineSet, MachineSetStatus,
+    RolloutFailure, RolloutState, SetRevision,
 };
 use crate::api::validate::{MaxUnavailable, parse_max_unavailable};
 use crate::api::{Condition, MachineClassSpec, MachineOverrides, MachinePhase};
@@ -546,7 +546,7 @@ impl Planner<'_> {
             );
             return;
         }
-        let number = i32::try_from(self.st.completed_batches.len()).unwrap_or(0) + 1;
+        let number = self.st.completed_batches.last().map_or(0, |b| b.number) + 1;
         self.start_batch(number, update, members, false);
     }
 

@@ -55,6 +55,14 @@ impl Planner<'_> {
                 return false;
             }
             self.st.completed_batches.push(b.clone());
+            // Bounded: the status is rewritten as machines change, and a
+            // large set has many batches (numbers keep counting).
+            let over = self
+                .st
+                .completed_batches
+                .len()
+                .saturating_sub(BATCH_HISTORY);
+            self.st.completed_batches.drain(..over);
             return true;
         }
         let late = since(b.started_at, self.i.now) >= deadline(self.i.set);

@@ -492,3 +492,47 @@ fn history_is_pruned_to_the_limit_but_keeps_pinned() {
     let kept: Vec<i64> = p.status.revisions.iter().map(|r| r.revision).collect();
     assert_eq!(kept, [3, 4]);
 }
+
+#[test]
+fn passed_batches_are_kept_to_the_last_ten_and_numbers_keep_counting() {
+    let mut s = set(12, json!(1), json!({}));
+    let v1 = class("1.0");
+    let names: Vec<String> = (1..=12).map(|i| format!("m{i:02}")).collect();
+    let p = run(&s, vec![], names.iter().map(|n| avail(n)).collect(), &v1, 0);
+    s.status = Some(p.status);
+    let h1 = s.status.as_ref().unwrap().revisions[0].hash.clone();
+    let mut ms: Vec<MachineView> = names.iter().map(|n| ready(n, 1, &h1)).collect();
+    let p = run(&s, ms.clone(), vec![], &v1, 1);
+    s.status = Some(p.status);
+    let v2 = class("2.0");
+    let mut now = 10;
+    let mut started = vec![];
+    for _ in 0..100 {
+        let p = run(&s, ms.clone(), vec![], &v2, now);
+        s.status = Some(p.status.clone());
+        if let Some(b) = &p.status.current_batch
+            && started.last() != Some(&b.number)
+        {
+            started.push(b.number);
+        }
+        let h2 = p.status.revisions.iter().find(|r| r.revision == 2);
+        // Pinned machines come back Ready on revision 2 at once.
+        for (name, rev) in pins(&p) {
+            let h = h2.map(|r| r.hash.clone()).unwrap_or_default();
+            if let Some(m) = ms.iter_mut().find(|m| m.name == name) {
+                *m = ready(&name, rev, &h);
+            }
+        }
+        if p.status.rollout_state == Some(RolloutState::Complete)
+            && p.status.current_revision == Some(2)
+        {
+            break;
+        }
+        now += 20;
+    }
+    let st = s.status.unwrap();
+    assert_eq!(st.current_revision, Some(2), "the rollout completed");
+    assert_eq!(started, (1..=12).collect::<Vec<i32>>());
+    let kept: Vec<i32> = st.completed_batches.iter().map(|b| b.number).collect();
+    assert_eq!(kept, (3..=12).collect::<Vec<i32>>());
+}

@@ -154,19 +154,22 @@ impl MachineSetReconciler {
             Err(e) if e.is_not_found() => return self.orphaned(key).await,
             Err(e) => return Err(e.into()),
         };
-        let claimed = self.claimed(key).await?;
+        // One list of the namespace's Machines, split here: the set's
+        // claimed ones and its pool's candidates (two store lists cost two
+        // reads and parses of every Machine, on every Machine change).
         let pool = Selector::from_label_selector(&set.spec.selector)
             .map_err(|e| SetError::Selector(e.to_string()))?;
-        let pool: Vec<Machine> = self
+        let all: Vec<Machine> = self
             .store
-            .list_obj(&ListOptions {
-                namespace: Some(key.namespace.clone()),
-                selector: pool,
-            })
+            .list_obj(&ListOptions::namespace(&key.namespace))
             .await?;
-        let candidates: Vec<MachineView> = pool
+        let (claimed, unclaimed): (Vec<Machine>, Vec<Machine>) = all
+            .into_iter()
+            .filter(|m| labels(m).get(SET_LABEL).is_none_or(|s| *s == key.name))
+            .partition(|m| labels(m).contains_key(SET_LABEL));
+        let candidates: Vec<MachineView> = unclaimed
             .iter()
-            .filter(|m| !labels(m).contains_key(SET_LABEL))
+            .filter(|m| pool.matches_labels(labels(m)))
             .filter(|m| m.metadata.deletion_timestamp.is_none())
             .map(|m| self.view(m, &key.name))
             .collect();

@@ -137,13 +137,10 @@ async fn registration_learns_the_mac_and_closes_every_session() {
         nics: vec![nic("52:54:00:AA:00:01"), nic("52:54:00:aa:00:02")],
         ..Default::default()
     };
-    // 1: finalizer, inventory; 2: MAC, Available; 3: settled.
+    // One reconcile: finalizer, inventory, MAC, Available (the plans that
+    // follow each other without a power action run together).
     bmc.expect_power_state(Ok(PowerState::Off))
         .expect_inventory(Ok(inv))
-        .expect_close()
-        .expect_power_state(Ok(PowerState::Off))
-        .expect_close()
-        .expect_power_state(Ok(PowerState::Off))
         .expect_close();
     let r = reconciler(&e, FakeConnector::new().with("m1", bmc.clone()), 0);
     let next = settle(&r, "m1", 5).await;
@@ -255,10 +252,8 @@ async fn the_power_cycle_marker_is_durable_before_a_failed_power_on() {
     e.store.create_obj(&class()).await.unwrap();
     available(&e, "m1").await;
     let bmc = FakeBmc::new();
-    // 1: Provisioning; 2: mint; 3: boot override, marker, power on fails.
-    for _ in 0..2 {
-        bmc.expect_power_state(Ok(PowerState::Off)).expect_close();
-    }
+    // One reconcile: Provisioning, mint, boot override, marker (written),
+    // power on fails.
     bmc.expect_power_state(Ok(PowerState::Off))
         .expect_boot_once(BootDevice::Network, FirmwareMode::Uefi, Ok(()))
         .expect_power(
@@ -305,17 +300,12 @@ async fn the_boot_storm_limit_makes_the_next_machine_wait_and_survives_restart()
     available(&e, "m1").await;
     available(&e, "m2").await;
     let b1 = FakeBmc::new();
-    for _ in 0..2 {
-        b1.expect_power_state(Ok(PowerState::Off)).expect_close();
-    }
     b1.expect_power_state(Ok(PowerState::Off))
         .expect_boot_once(BootDevice::Network, FirmwareMode::Uefi, Ok(()))
         .expect_power(PowerAction::On, Ok(()))
         .expect_close();
     let b2 = FakeBmc::new();
-    for _ in 0..2 {
-        b2.expect_power_state(Ok(PowerState::Off)).expect_close();
-    }
+    b2.expect_power_state(Ok(PowerState::Off)).expect_close();
     let conn = FakeConnector::new()
         .with("m1", b1.clone())
         .with("m2", b2.clone());

@@ -262,3 +262,44 @@ fn retry_backoff_doubles_to_its_cap() {
     let d: Vec<u64> = (1..=9).map(|n| l.retry_after(n).as_secs()).collect();
     assert_eq!(d, [30, 60, 120, 240, 480, 960, 1920, 3600, 3600]);
 }
+
+#[test]
+fn power_off_looks_double_from_a_quarter_second_to_the_poll() {
+    use super::super::boot::power_look;
+    let poll = Duration::from_secs(15);
+    let looks: Vec<u128> = [0, 100, 250, 600, 3_000, 40_000]
+        .map(|ms| power_look(Duration::from_millis(ms), poll).as_millis())
+        .to_vec();
+    assert_eq!(looks, [250, 250, 250, 600, 3_000, 15_000]);
+    // A poll shorter than the first look wins.
+    assert_eq!(
+        power_look(Duration::ZERO, Duration::from_millis(100)),
+        Duration::from_millis(100)
+    );
+}
+
+#[test]
+fn every_effect_but_the_inventory_read_needs_its_record_written_first() {
+    assert!(Step::PowerOn.needs_record_before());
+    assert!(Step::PowerOff.needs_record_before());
+    assert!(Step::DrainNode("n1".into()).needs_record_before());
+    assert!(!Step::ReadInventory.needs_record_before());
+    assert!(Step::SetBootOnce(crate::bmc::BootDevice::Network).needs_record_before());
+}
+
+#[test]
+fn a_plan_continues_at_once_only_without_power_or_node_steps() {
+    let again = Step::Requeue {
+        after: Duration::ZERO,
+    };
+    let plan = |steps: Vec<Step>| Plan { steps };
+    assert!(plan(vec![Step::SetPhase(MachinePhase::Available), again.clone()]).continues_at_once());
+    assert!(plan(vec![Step::ReadInventory, again.clone()]).continues_at_once());
+    assert!(!plan(vec![Step::PowerOn, again.clone()]).continues_at_once());
+    assert!(!plan(vec![Step::DeleteNode("n1".into()), again.clone()]).continues_at_once());
+    let wait = Step::WaitFor {
+        after: Duration::from_secs(1),
+        what: "install",
+    };
+    assert!(!plan(vec![Step::SetPhase(MachinePhase::Available), wait]).continues_at_once());
+}
