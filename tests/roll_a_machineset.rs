@@ -4,14 +4,16 @@
 //! VMs). Everything a user does goes through the CLI: `apply`, `scale`,
 //! `rollout status|history|undo`.
 //!
-//! - `roll_a_machineset`: a set of 4 (maxUnavailable 2) is scaled up from
+//! The same two stories on real VMs are tests/roll_a_machineset_on_vms.rs.
+//!
+//! - `roll_a_machineset_on_the_simulated_rack`: a set of 4 (maxUnavailable 2) is scaled up from
 //!   2, then its template's class changes. `rollout status` follows the
 //!   rollout to completion in two batches of two; a watch of the Machines
 //!   and the set never sees more than 2 out of service (not Ready, or in
 //!   the batch in flight and not through its gate); each server is
 //!   reimaged exactly once. `rollout history` shows both revisions, and
 //!   `rollout undo` returns every server to revision 1, batch by batch.
-//! - `rollback_a_bad_revision`: the new revision's OS answers its health
+//! - `rollback_a_bad_revision_on_the_simulated_rack`: the new revision's OS answers its health
 //!   probe with 500. The first batch never passes its gate within the
 //!   progress deadline: `rollout status` exits non-zero naming the probe's
 //!   answer, the batch is reimaged back to revision 1 (`RolledBack`), the
@@ -28,36 +30,16 @@
 
 mod common;
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use common::out_of_service::{OutOfService, passed_batches};
 use common::rack::*;
 use common::server::Server;
 use common::sim_rack::story;
 use futures::StreamExt;
 use serde_json::{Value, json};
-
-/// Most machines out of service at once, from watches of the Machines and
-/// the set: not Ready, or a member of the batch in flight that has not
-/// passed its gate. Runs until aborted.
-#[derive(Default)]
-struct OutOfService {
-    not_ready: BTreeSet<String>,
-    gating: BTreeSet<String>,
-    peak: usize,
-    peak_at: Vec<String>,
-}
-
-impl OutOfService {
-    fn update(&mut self) {
-        let out: BTreeSet<&String> = self.not_ready.union(&self.gating).collect();
-        if out.len() > self.peak {
-            self.peak = out.len();
-            self.peak_at = out.into_iter().cloned().collect();
-        }
-    }
-}
 
 async fn watch_out_of_service(api: &Server, seen: Arc<Mutex<OutOfService>>) {
     // The API speaks TLS with the data directory's CA.
@@ -81,56 +63,13 @@ async fn watch_out_of_service(api: &Server, seen: Arc<Mutex<OutOfService>>) {
         while let Some(Ok(chunk)) = both.next().await {
             // Each chunk is whole lines (one event per write).
             buf.extend_from_slice(&chunk);
-            while let Some(i) = buf.iter().position(|b| *b == b'\n') {
-                let line: Vec<u8> = buf.drain(..=i).collect();
-                let Ok(ev) = serde_json::from_slice::<Value>(&line) else {
-                    continue;
-                };
-                let o = &ev["object"];
-                let mut s = seen.lock().unwrap();
-                if o["kind"] == "Machine" {
-                    let name = o["metadata"]["name"].as_str().unwrap_or("").to_string();
-                    if o["status"]["phase"] == "Ready" {
-                        s.not_ready.remove(&name);
-                    } else {
-                        s.not_ready.insert(name);
-                    }
-                } else {
-                    let b = &o["status"]["currentBatch"];
-                    s.gating = b["machines"]
-                        .as_array()
-                        .into_iter()
-                        .flatten()
-                        .filter(|m| m["passed"] != true)
-                        .filter_map(|m| m["name"].as_str().map(str::to_string))
-                        .collect();
-                }
-                s.update();
-            }
+            seen.lock().unwrap().observe_lines(&mut buf);
         }
     });
 }
 
-fn passed_batches(out: &str, rev: i64) -> BTreeMap<i64, Vec<String>> {
-    let mut b = BTreeMap::new();
-    for l in out.lines() {
-        let Some(rest) = l.strip_prefix("batch ") else {
-            continue;
-        };
-        let Some((n, names)) = rest.split_once(&format!(" of revision {rev} passed its gate: "))
-        else {
-            continue;
-        };
-        b.insert(
-            n.parse().unwrap(),
-            names.split(", ").map(str::to_string).collect(),
-        );
-    }
-    b
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn roll_a_machineset() {
+async fn roll_a_machineset_on_the_simulated_rack() {
     let s = story(
         "w",
         1,
@@ -286,7 +225,7 @@ async fn roll_a_machineset() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn rollback_a_bad_revision() {
+async fn rollback_a_bad_revision_on_the_simulated_rack() {
     let s = story(
         "b",
         2,

@@ -261,6 +261,32 @@ impl Lab {
         self.cli_ok(&["apply", "-f", &format!("{r}/machines.yaml")]);
     }
 
+    /// The lab's classes and one Machine per VM with no class: each stops
+    /// at Available, a pool for a MachineSet to claim (its selector:
+    /// `rack: lab`).
+    pub fn declare_pool(&self, env: &[(&str, &str)]) {
+        let r = self.run.display();
+        let mut script = String::new();
+        for (k, v) in env {
+            script.push_str(&format!("export {k}='{v}'; "));
+        }
+        script.push_str(&format!(
+            "lab_manifests '{r}' '{r}/vmlinuz' '{r}/test-os.cpio.gz' {}",
+            self.uuids.join(" ")
+        ));
+        lab_sh(&script);
+        let machines = self.run.join("machines.yaml");
+        let pool: String = std::fs::read_to_string(&machines)
+            .expect("machines.yaml")
+            .lines()
+            .filter(|l| !l.trim_start().starts_with("classRef:"))
+            .map(|l| format!("{l}\n"))
+            .collect();
+        std::fs::write(&machines, pool).expect("write machines.yaml");
+        self.cli_ok(&["apply", "-f", &format!("{r}/class.yaml")]);
+        self.cli_ok(&["apply", "-f", &format!("{r}/machines.yaml")]);
+    }
+
     /// A Machine as JSON, or None when it does not exist.
     pub fn machine(&self, name: &str) -> Option<Value> {
         let o = self.cli(&["get", "machine", name, "-o", "json"]);

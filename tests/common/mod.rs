@@ -18,6 +18,7 @@ pub mod lab_disk;
 pub mod lan;
 pub mod manifests;
 pub mod netns;
+pub mod out_of_service;
 pub mod proc;
 pub mod qemu;
 pub mod rack;
