@@ -463,12 +463,22 @@ pub async fn append_boot_events(
     modify_obj::<Machine>(store, namespace, name, Target::Status, |m| {
         let Some(mut m) = m else { return Ok(None) };
         let st = m.status.get_or_insert_with(Default::default);
-        st.boot_history.extend(evs.iter().cloned());
-        trim_history(&mut st.boot_history, BOOT_HISTORY_LIMIT);
+        insert_boot_events(&mut st.boot_history, evs);
         Ok(Some(m))
     })
     .await
     .map(|_| ())
+}
+
+/// Add steps to a history in time order (a step noted directly with its
+/// call-home may be written before earlier steps still in the recorder's
+/// queue), keeping the last [`BOOT_HISTORY_LIMIT`].
+pub fn insert_boot_events(h: &mut Vec<BootEvent>, evs: &[BootEvent]) {
+    for ev in evs {
+        let at = h.partition_point(|e| e.time <= ev.time);
+        h.insert(at, ev.clone());
+    }
+    trim_history(h, BOOT_HISTORY_LIMIT);
 }
 
 /// Keep at most `limit` steps: the oldest unauthenticated ones go first,

@@ -188,6 +188,21 @@ fn unauthenticated_steps_never_push_authenticated_ones_out_of_the_history() {
     assert!(h.iter().all(|e| e.step.as_str() == "Booted"));
 }
 
+#[test]
+fn steps_written_late_take_their_place_in_time() {
+    let at = |s: &str, secs: i64| BootEvent {
+        time: jiff::Timestamp::from_second(1_700_000_000 + secs).unwrap(),
+        ..step(s)
+    };
+    // `Ignition` was noted with its boot record while the script step that
+    // came before it was still in the recorder's queue.
+    let mut h = vec![at("DHCPAck", 0)];
+    insert_boot_events(&mut h, &[at("Ignition", 5)]);
+    insert_boot_events(&mut h, &[at("Script", 3), at("Installed", 9)]);
+    let order: Vec<String> = h.iter().map(|e| e.step.to_string()).collect();
+    assert_eq!(order, ["DHCPAck", "Script", "Ignition", "Installed"]);
+}
+
 #[tokio::test]
 async fn a_flood_of_unauthenticated_steps_cannot_drop_a_call_home() {
     let store: Arc<dyn Store> = Arc::new(crate::store::memory::MemoryStore::new());

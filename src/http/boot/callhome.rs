@@ -20,7 +20,7 @@ use tracing::Instrument;
 
 use super::access::{self, CallHome, Need};
 use super::metrics::Endpoint;
-use super::{BootState, Params, reply, update_boot};
+use super::{BootState, Params, boot_event, reply, update_boot_noting};
 use crate::api::{BootPurpose, BootStep, MacAddr, Machine};
 use crate::store::TypedStore;
 use crate::store::events::EventType;
@@ -114,13 +114,17 @@ async fn record(
                 .await;
         }
     };
+    // The step goes into the boot record's write when there is one.
+    let note = boot_event(what.clone(), &reason, None, Some(&boot.id));
+    let mut noted = false;
     if outcome.is_none() {
         // `booted`, once: a retry racing this one finds it noted.
-        let r = update_boot(
+        let r = update_boot_noting(
             st.store.as_ref(),
             &entry.namespace,
             &entry.name,
             &boot.id,
+            &note,
             |b| {
                 if b.booted_at.is_some() {
                     return false;
@@ -131,17 +135,18 @@ async fn record(
         )
         .await;
         match r {
-            Ok(true) => {}
+            Ok(true) => noted = true,
             Ok(false) => return reply(StatusCode::OK, "already recorded"),
             Err(e) => return st.store_error(e),
         }
     }
     if let Some(outcome) = outcome {
-        let r = update_boot(
+        let r = update_boot_noting(
             st.store.as_ref(),
             &entry.namespace,
             &entry.name,
             &boot.id,
+            &note,
             |b| {
                 if b.completed_at.is_some() {
                     return false;
@@ -152,8 +157,9 @@ async fn record(
             },
         )
         .await;
-        if let Err(e) = r {
-            return st.store_error(e);
+        match r {
+            Ok(n) => noted = n,
+            Err(e) => return st.store_error(e),
         }
         if what == BootStep::Failed {
             let msg = if reason.is_empty() {
@@ -169,7 +175,9 @@ async fn record(
             st.event(&m, EventType::Warning, why, &msg).await;
         }
     }
-    st.record(&entry, what, &reason, None, Some(&boot.id));
+    if !noted {
+        st.record_event(&entry, note);
+    }
     tracing::info!("call-home recorded");
     reply(StatusCode::OK, "recorded")
 }

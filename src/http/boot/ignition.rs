@@ -22,7 +22,7 @@ use tracing::Instrument;
 use super::access::{Need, Refusal};
 use super::metrics::{Endpoint, ErrorReason};
 use super::once::plain;
-use super::{BootState, Params, reply, update_boot};
+use super::{BootState, Params, boot_event, reply, update_boot_noting};
 use crate::api::{BootPurpose, Machine, MachineClass, ServedConfig};
 use crate::directory::MachineEntry;
 use crate::store::TypedStore;
@@ -250,15 +250,13 @@ impl Delivered {
             .metrics
             .transfer(Endpoint::ignition, self.bytes, true);
         tracing::info!(bytes = self.bytes, "Ignition served");
-        if earlier.is_none() {
-            self.st.record(
-                &self.entry,
-                crate::api::BootStep::Ignition,
-                self.stage.as_str(),
-                Some(self.bytes),
-                Some(&self.boot_id),
-            );
-        }
+        // The step goes out with the boot record's write below.
+        let note = boot_event(
+            crate::api::BootStep::Ignition,
+            self.stage.as_str(),
+            Some(self.bytes),
+            Some(&self.boot_id),
+        );
         tokio::spawn(async move {
             let to = plain(self.peer.ip());
             if let Some(e) = earlier {
@@ -281,11 +279,12 @@ impl Delivered {
                 return;
             }
             let stage = self.stage.as_str();
-            let r = update_boot(
+            let r = update_boot_noting(
                 self.st.store.as_ref(),
                 &self.entry.namespace,
                 &self.entry.name,
                 &self.boot_id,
+                &note,
                 |b| {
                     if b.configs_served.iter().any(|c| c.stage == stage) {
                         return false;
@@ -300,8 +299,15 @@ impl Delivered {
                 },
             )
             .await;
-            if let Err(e) = r {
-                tracing::warn!(error = %e, "cannot note the config as served");
+            match r {
+                Ok(true) => {}
+                // Not noted with the record (already there, or the write
+                // failed): the recorder still keeps the step.
+                Ok(false) => self.st.record_event(&self.entry, note),
+                Err(e) => {
+                    tracing::warn!(error = %e, "cannot note the config as served");
+                    self.st.record_event(&self.entry, note);
+                }
             }
         });
     }

@@ -292,18 +292,59 @@ impl BootState {
         bytes: Option<u64>,
         boot_id: Option<&str>,
     ) {
-        self.recorder.record(
-            &e.namespace,
-            &e.name,
-            BootEvent {
-                time: jiff::Timestamp::now(),
-                step,
-                detail: detail.into(),
-                bytes,
-                boot_id: boot_id.map(str::to_string),
-            },
-        );
+        self.record_event(e, boot_event(step, detail, bytes, boot_id));
     }
+
+    /// Append a step made with [`boot_event`] (never blocks).
+    pub fn record_event(&self, e: &MachineEntry, ev: BootEvent) {
+        self.recorder.record(&e.namespace, &e.name, ev);
+    }
+}
+
+/// A boot-history step, timed now.
+pub fn boot_event(
+    step: BootStep,
+    detail: &str,
+    bytes: Option<u64>,
+    boot_id: Option<&str>,
+) -> BootEvent {
+    BootEvent {
+        time: jiff::Timestamp::now(),
+        step,
+        detail: detail.into(),
+        bytes,
+        boot_id: boot_id.map(str::to_string),
+    }
+}
+
+/// [`update_boot`], with the boot-history step `note` appended in the same
+/// status write when `f` changed the record (one write, not two: in
+/// Kubernetes mode each is an API call). `Ok(false)`: nothing written, and
+/// the caller records `note` through the recorder if it still wants it.
+pub async fn update_boot_noting(
+    store: &dyn Store,
+    ns: &str,
+    name: &str,
+    boot_id: &str,
+    note: &BootEvent,
+    f: impl Fn(&mut crate::api::BootRecord) -> bool,
+) -> Result<bool, StoreError> {
+    let written = modify_obj::<Machine>(store, ns, name, Target::Status, |m| {
+        let Some(mut m) = m else { return Ok(None) };
+        let Some(st) = m.status.as_mut() else {
+            return Ok(None);
+        };
+        let Some(b) = st.boot.as_mut() else {
+            return Ok(None);
+        };
+        if b.id != boot_id || !f(b) {
+            return Ok(None);
+        }
+        crate::directory::insert_boot_events(&mut st.boot_history, std::slice::from_ref(note));
+        Ok(Some(m))
+    })
+    .await?;
+    Ok(written.is_some())
 }
 
 /// Change `status.boot` of a Machine if it is still boot `boot_id`, retrying
