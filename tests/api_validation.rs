@@ -110,3 +110,71 @@ fn bad_updates_are_refused_and_the_stored_object_is_unchanged() {
         );
     }
 }
+
+/// Kubernetes mode: a kube-apiserver asks metalherd's validating webhook
+/// (deploy/kubernetes/webhook.yaml) about each create and update. It
+/// presents no bearer token. Every bad manifest is denied with the same
+/// field path and message as this API's own refusal; a good one is
+/// allowed.
+#[test]
+fn the_admission_webhook_refuses_what_the_api_refuses_with_the_same_field_paths() {
+    let s = Server::start_isolated();
+    let review = |kind: &str, op: &str, object: &Value| {
+        serde_json::json!({
+            "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+            "request": {"uid": "3f2c1b4e-0000-4000-8000-00000000beef",
+                        "kind": {"group": "metalherd.dev", "version": "v1alpha1", "kind": kind},
+                        "operation": op, "namespace": "default",
+                        "userInfo": {"username": "kubernetes-admin"},
+                        "object": object}})
+    };
+    let kind_of = |plural: &str| match plural {
+        "machines" => "Machine",
+        "machineclasses" => "MachineClass",
+        "machinesets" => "MachineSet",
+        p => panic!("no kind for {p}"),
+    };
+    for b in bad_manifests() {
+        let (code, direct) = s.req(
+            "POST",
+            &format!("{GROUP}/namespaces/default/{}", b.plural),
+            Some(&b.doc),
+        );
+        assert_eq!(code, 422, "{}: {direct}", b.case);
+        for op in ["CREATE", "UPDATE"] {
+            let (code, v) = s.http(
+                "POST",
+                "/admission/validate",
+                None,
+                Some(&review(kind_of(b.plural), op, &b.doc)),
+                "application/json",
+            );
+            assert_eq!(code, 200, "{}: {v}", b.case);
+            let r = &v["response"];
+            assert_eq!(r["uid"], "3f2c1b4e-0000-4000-8000-00000000beef");
+            assert_eq!(r["allowed"], false, "{} {op}: {v}", b.case);
+            assert_eq!(r["status"]["code"], 422, "{}: {v}", b.case);
+            assert_refused(b.case, 422, &r["status"], b.field, b.says);
+            assert_eq!(
+                r["status"]["details"]["causes"], direct["details"]["causes"],
+                "{}: the webhook and the API disagree",
+                b.case
+            );
+        }
+    }
+    let (code, v) = s.http(
+        "POST",
+        "/admission/validate",
+        None,
+        Some(&review("Machine", "CREATE", &machine("good"))),
+        "application/json",
+    );
+    assert_eq!(
+        (code, &v["response"]["allowed"]),
+        (200, &Value::Bool(true)),
+        "{v}"
+    );
+    // Nothing reached the store through the webhook.
+    let (_, l) = s.req("GET", &format!("{GROUP}/namespaces/default/machines"), None);
+    assert_eq!(l["items"], serde_json::json!([]), "{l}");
+}

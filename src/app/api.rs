@@ -1,5 +1,6 @@
 //! The API server's router (the REST API and metrics behind the bearer
-//! token, health and the web page without it) and its TLS configuration.
+//! token; health, the web page and the admission webhook without it) and
+//! its TLS configuration.
 
 use std::net::SocketAddr;
 use std::path::Path;
@@ -23,7 +24,7 @@ pub(super) fn router(
         store: store.clone(),
         cancel: cancel.clone(),
         metrics: metrics.clone(),
-        admission,
+        admission: admission.clone(),
         namespaces: Default::default(),
     };
     let protected =
@@ -32,7 +33,9 @@ pub(super) fn router(
     // user's token.
     crate::http::api::protect(
         protected,
-        crate::http::ops::health_routes().merge(crate::http::ui::router()),
+        crate::http::ops::health_routes()
+            .merge(crate::http::ui::router())
+            .merge(crate::http::api::webhook::routes(admission)),
         token,
         metrics,
     )

@@ -34,6 +34,7 @@ use super::lease_store::LeaseSync;
 ///       relays: [10.0.1.1]                 # giaddr values answered for it
 ///   leaseSync: {mode: batch, intervalMs: 1000}   # or {mode: always}
 ///   rateLimit: {perClientPerSecond: 20, perClientBurst: 40, globalPerSecond: 50000}
+///   ipxeNoProxyDhcp: true        # iPXE need not wait for a ProxyDHCP offer
 /// ```
 ///
 /// `leaseSync` says when lease writes reach stable storage (see
@@ -81,6 +82,13 @@ pub struct DhcpConfig {
     /// In proxy mode, also answer on port 4011 (default true).
     #[serde(default)]
     pub proxy_port_4011: Option<bool>,
+    /// In authoritative mode, tell iPXE in its ACKs and OFFERs (option
+    /// 175.176, `no-pxedhcp`) that no ProxyDHCP offer will come, so it does
+    /// not wait up to three seconds for one on every boot (default true).
+    /// Turn it off only when another server on the network answers iPXE as
+    /// ProxyDHCP.
+    #[serde(default)]
+    pub ipxe_no_proxy_dhcp: Option<bool>,
     /// When lease writes are flushed to disk.
     #[serde(default)]
     pub lease_sync: LeaseSyncConfig,
@@ -258,6 +266,7 @@ pub struct DhcpSettings {
     pub subnets: Vec<Subnet>,
     pub offer_hold: u32,
     pub proxy_port_4011: bool,
+    pub ipxe_no_proxy_dhcp: bool,
     pub lease_sync: LeaseSync,
     pub rate_limit: super::limit::RateLimits,
 }
@@ -498,6 +507,7 @@ impl TryFrom<DhcpConfig> for DhcpSettings {
             subnets,
             offer_hold,
             proxy_port_4011: c.proxy_port_4011.unwrap_or(true),
+            ipxe_no_proxy_dhcp: c.ipxe_no_proxy_dhcp.unwrap_or(true),
             lease_sync,
             rate_limit: c.rate_limit.validate()?,
         })

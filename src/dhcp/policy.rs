@@ -430,7 +430,7 @@ fn address_reply(c: &Ctx, t: MessageType, ip: Option<Ipv4Addr>, subnet: &Subnet)
     }
     // This server hands out the address and the script: no ProxyDHCP offer
     // will follow, and iPXE need not wait for one.
-    if ClientKind::of(c.req) == ClientKind::Ipxe {
+    if c.p.cfg.ipxe_no_proxy_dhcp && ClientKind::of(c.req) == ClientKind::Ipxe {
         options::ipxe_no_proxydhcp(&mut m);
     }
     options::echo_relay_info(&mut m, c.req);

@@ -21,6 +21,7 @@ pub mod netns;
 pub mod out_of_service;
 pub mod proc;
 pub mod qemu;
+pub mod qemu_boot;
 pub mod rack;
 pub mod redfish_server;
 pub mod server;

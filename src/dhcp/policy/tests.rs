@@ -553,4 +553,8 @@ fn ipxe_is_told_that_no_proxydhcp_offer_will_come() {
     // The firmware's own PXE client is not iPXE: nothing of the kind.
     let out = p.handle(&pxe(KNOWN, 1, &[]), Via::Port67, &fake(), &mut l, 1000);
     assert!(!has_option(&out.reply.unwrap(), 175, &[176, 1, 1]));
+    // Turned off (another server answers iPXE as ProxyDHCP): not said.
+    let p = policy("ipxeNoProxyDhcp: false\n");
+    let out = p.handle(&ipxe, Via::Port67, &fake(), &mut l, 1000);
+    assert!(!has_option(&out.reply.unwrap(), 175, &[176, 1, 1]));
 }

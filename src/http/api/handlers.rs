@@ -270,7 +270,7 @@ pub(super) fn parse_body(body: &Bytes) -> Result<Value, ApiError> {
     Ok(v)
 }
 
-fn meta_str<'a>(v: &'a Value, field: &str) -> Option<&'a str> {
+pub(super) fn meta_str<'a>(v: &'a Value, field: &str) -> Option<&'a str> {
     v.get("metadata")?.get(field)?.as_str()
 }
 
@@ -347,9 +347,19 @@ pub(super) fn checked(kind: Kind, v: &Value) -> Result<Value, ApiError> {
 
 /// [`checked`], then this deployment's rules ([`super::admission`]).
 pub(super) fn admitted(st: &ApiState, kind: Kind, v: &Value) -> Result<Value, ApiError> {
+    admitted_by(&st.admission, kind, v)
+}
+
+/// [`admitted`] with the deployment's rules given (the admission webhook
+/// has no store).
+pub(super) fn admitted_by(
+    admission: &super::admission::Admission,
+    kind: Kind,
+    v: &Value,
+) -> Result<Value, ApiError> {
     let v = checked(kind, v)?;
     let name = meta_str(&v, "name").unwrap_or_default().to_string();
-    st.admission
+    admission
         .admit(kind, &v)
         .map_err(|e| ApiError::invalid(kind, &name, &e))?;
     Ok(v)

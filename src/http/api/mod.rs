@@ -29,6 +29,7 @@ pub mod ssa;
 pub mod status;
 pub mod table;
 mod watch;
+pub mod webhook;
 mod writes;
 
 use std::sync::Arc;
