@@ -86,6 +86,7 @@ pub struct MachineSpec {
     /// Redfish inventory when absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[serde(rename = "bootMACAddress")]
+    #[schemars(regex(pattern = r"^[0-9A-Fa-f]{2}([:-][0-9A-Fa-f]{2}){5}$"))]
     pub boot_mac_address: Option<String>,
     /// Firmware boot mode used for network boot overrides.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -123,6 +124,7 @@ pub struct BmcSpec {
     pub insecure_skip_verify: bool,
     /// IPMI cipher suite (3 or 17); 17 by default.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("enum" = [3, 17]))]
     pub cipher_suite: Option<u8>,
 }
 

@@ -68,6 +68,7 @@ pub const DEFAULT_REVISION_HISTORY: i32 = 10;
 )]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct MachineSetSpec {
+    #[schemars(range(min = 0))]
     pub replicas: i32,
     /// Which Machines form the pool this set claims from.
     pub selector: LabelSelector,
@@ -79,6 +80,7 @@ pub struct MachineSetSpec {
     pub paused: bool,
     /// Old revisions kept for `rollout undo` (default 10).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
     pub revision_history_limit: Option<i32>,
 }
 
@@ -117,6 +119,7 @@ pub struct UpdateStrategy {
     pub health_check: Option<HealthCheck>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     /// A batch must pass its gate within this long, or the rollout fails.
+    #[schemars(range(min = 1))]
     pub progress_deadline_seconds: Option<i64>,
     /// Reimage a failed batch back to the last revision that passed.
     #[serde(default)]
@@ -128,6 +131,7 @@ pub struct UpdateStrategy {
 pub struct HealthCheck {
     /// The Node must stay Ready this long.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0))]
     pub node_ready_seconds: Option<i64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub http_probe: Option<HttpProbe>,
