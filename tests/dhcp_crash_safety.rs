@@ -142,3 +142,76 @@ fn kill_9_scenario(extra: &str) {
         "addresses ACKed to two clients: {doubles:?}"
     );
 }
+
+/// A new server on an empty lease table (a new leader after a failover in
+/// Kubernetes mode, whose data directory is its own): a client still holds
+/// and uses the address the previous server leased it. With `pingCheck`
+/// (on by default where replicas elect a leader) the new server pings an
+/// address it has no record of before offering it, finds it in use, and
+/// offers it to nobody; without it, it hands the same address to the next
+/// client: the hazard the check closes, shown in the same run.
+#[test]
+fn a_new_server_pings_before_offering_and_never_hands_out_an_address_in_use() {
+    let lan = common::lan::Lan::new(&[Some("10.67.0.1/24"), None, None]);
+    let (srv, holder, newcomer) = (&lan.hosts[0], &lan.hosts[1], &lan.hosts[2]);
+    let tmp = tempfile::tempdir().unwrap();
+    // One address in the pool: whoever gets it, gets the holder's.
+    let config = |ping: bool| {
+        let p = tmp.path().join(format!("config-{ping}.yaml"));
+        std::fs::write(
+            &p,
+            format!(
+                "dhcp:\n  interface: {}\n  pingCheck: {{enabled: {ping}, timeoutMs: 500}}\n  discovery: {{enabled: true, record: false, leaseTime: 3600}}\n  subnets:\n  - subnet: 10.67.0.0/24\n    ranges: [{{start: 10.67.0.100, end: 10.67.0.100}}]\n",
+                srv.iface
+            ),
+        )
+        .unwrap();
+        p
+    };
+    // The first server leases the address to the holder, which puts it on
+    // its interface (it answers pings from then on).
+    let first = dhcp_serve::start(
+        &srv.ns,
+        &config(false),
+        &tmp.path().join("data1"),
+        &tmp.path().join("serve1.log"),
+    );
+    let got = dhcp_clients::udhcpc(&holder.ns.name, &holder.iface, tmp.path(), &[])
+        .expect("the holder gets a lease");
+    assert_eq!(got["ip"], "10.67.0.100");
+    holder
+        .ns
+        .exec(&["ip", "addr", "add", "10.67.0.100/24", "dev", &holder.iface]);
+    drop(first);
+
+    // A new server with its own, empty, lease table and the ping check.
+    let log2 = tmp.path().join("serve2.log");
+    let second = dhcp_serve::start(&srv.ns, &config(true), &tmp.path().join("data2"), &log2);
+    let dir2 = tmp.path().join("newcomer2");
+    std::fs::create_dir_all(&dir2).unwrap();
+    let got = dhcp_clients::udhcpc(&newcomer.ns.name, &newcomer.iface, &dir2, &[]);
+    assert_eq!(got, None, "the address in use was offered again: {got:?}");
+    let log = std::fs::read_to_string(&log2).unwrap();
+    assert!(
+        log.contains("answered a ping: quarantined, not offered"),
+        "{log}"
+    );
+    drop(second);
+
+    // The same without the check: the newcomer is handed the holder's address.
+    let third = dhcp_serve::start(
+        &srv.ns,
+        &config(false),
+        &tmp.path().join("data3"),
+        &tmp.path().join("serve3.log"),
+    );
+    let dir3 = tmp.path().join("newcomer3");
+    std::fs::create_dir_all(&dir3).unwrap();
+    let got = dhcp_clients::udhcpc(&newcomer.ns.name, &newcomer.iface, &dir3, &[])
+        .expect("without the check the address is offered");
+    assert_eq!(
+        got["ip"], "10.67.0.100",
+        "both clients now hold 10.67.0.100"
+    );
+    drop(third);
+}

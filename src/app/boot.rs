@@ -27,6 +27,7 @@ pub(super) async fn start(
     registry: &MetricsRegistry,
     tasks: &mut JoinSet<()>,
     cancel: &CancellationToken,
+    leader_elected: bool,
 ) -> anyhow::Result<Started> {
     // The boot directory: MAC/IP -> Machine index for the boot services.
     let directory = crate::directory::Directory::new();
@@ -38,7 +39,8 @@ pub(super) async fn start(
     if let Some(wire) = config.dhcp.clone() {
         let metrics = crate::dhcp::metrics::DhcpMetrics::default();
         registry.with_registry(|r| metrics.register(r));
-        let settings = crate::dhcp::DhcpSettings::try_from(wire).context("config dhcp")?;
+        let mut settings = crate::dhcp::DhcpSettings::try_from(wire).context("config dhcp")?;
+        settings.ping_check = Some(settings.ping_check_for(leader_elected));
         let discovered = crate::discovery::Limits {
             cap: settings.discovered_cap,
             ttl: std::time::Duration::from_secs(settings.discovered_ttl),

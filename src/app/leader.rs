@@ -76,8 +76,16 @@ async fn start(
     tasks: &mut JoinSet<()>,
     token: &CancellationToken,
 ) -> anyhow::Result<()> {
-    let started =
-        super::boot::start(&a.config, &a.data_dir, &a.store, &a.registry, tasks, token).await?;
+    let started = super::boot::start(
+        &a.config,
+        &a.data_dir,
+        &a.store,
+        &a.registry,
+        tasks,
+        token,
+        true,
+    )
+    .await?;
     super::controllers::start(
         &a.config,
         &a.store,

@@ -97,8 +97,10 @@ pub async fn serve(global: &crate::cli::GlobalArgs, args: ServeArgs) -> anyhow::
     let lost = Arc::new(std::sync::atomic::AtomicBool::new(false));
     match election {
         None => {
-            let started =
-                boot::start(&config, &data_dir, &store, &registry, &mut tasks, &cancel).await?;
+            let started = boot::start(
+                &config, &data_dir, &store, &registry, &mut tasks, &cancel, false,
+            )
+            .await?;
             controllers::start(
                 &config,
                 &store,

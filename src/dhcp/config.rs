@@ -35,6 +35,7 @@ use super::lease_store::LeaseSync;
 ///   leaseSync: {mode: batch, intervalMs: 1000}   # or {mode: always}
 ///   rateLimit: {perClientPerSecond: 20, perClientBurst: 40, globalPerSecond: 50000}
 ///   ipxeNoProxyDhcp: true        # iPXE need not wait for a ProxyDHCP offer
+///   pingCheck: {enabled: true, timeoutMs: 500}   # default: on with leader election
 /// ```
 ///
 /// `leaseSync` says when lease writes reach stable storage (see
@@ -89,12 +90,30 @@ pub struct DhcpConfig {
     /// ProxyDHCP.
     #[serde(default)]
     pub ipxe_no_proxy_dhcp: Option<bool>,
+    /// Before offering a dynamic address this server holds no lease record
+    /// of, ping it (ICMP echo) and offer it only if nothing answers: for a
+    /// lease time after the boot services start, since a previous instance
+    /// (another replica before a failover) may have leased it. See
+    /// `probe.rs`. Default: on with leader election, off otherwise.
+    #[serde(default)]
+    pub ping_check: PingCheckConfig,
     /// When lease writes are flushed to disk.
     #[serde(default)]
     pub lease_sync: LeaseSyncConfig,
     /// Per-client and global packet rate limits (see `limit.rs`).
     #[serde(default)]
     pub rate_limit: super::limit::RateLimitConfig,
+}
+
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct PingCheckConfig {
+    /// Absent: on when replicas elect a leader (Kubernetes mode).
+    #[serde(default)]
+    pub enabled: Option<bool>,
+    /// How long to wait for an echo reply (default 500 ms).
+    #[serde(default)]
+    pub timeout_ms: Option<u64>,
 }
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
@@ -236,6 +255,27 @@ pub struct Subnet {
     pub relays: Vec<Ipv4Addr>,
 }
 
+impl DhcpSettings {
+    /// Whether dynamic offers are ping-checked: as configured, else on
+    /// exactly when replicas elect a leader (a new leader's lease table
+    /// does not hold what the previous one leased).
+    pub fn ping_check_for(&self, leader_elected: bool) -> bool {
+        self.ping_check.unwrap_or(leader_elected)
+    }
+
+    /// The longest lease this server hands out (seconds): how long after
+    /// a start an address leased by a previous instance may still be in
+    /// use unknown to this one.
+    pub fn max_lease_time(&self) -> u64 {
+        self.subnets
+            .iter()
+            .map(|s| u64::from(s.lease_time))
+            .chain([u64::from(self.discovery_lease_time)])
+            .max()
+            .unwrap_or(3600)
+    }
+}
+
 impl Subnet {
     pub fn pool_size(&self) -> u64 {
         self.ranges.iter().map(|(s, e)| u64::from(e - s) + 1).sum()
@@ -267,6 +307,10 @@ pub struct DhcpSettings {
     pub offer_hold: u32,
     pub proxy_port_4011: bool,
     pub ipxe_no_proxy_dhcp: bool,
+    /// `dhcp.pingCheck.enabled` as configured (absent: decided by the
+    /// caller, see [`DhcpSettings::ping_check_for`]).
+    pub ping_check: Option<bool>,
+    pub ping_timeout: std::time::Duration,
     pub lease_sync: LeaseSync,
     pub rate_limit: super::limit::RateLimits,
 }
@@ -508,6 +552,14 @@ impl TryFrom<DhcpConfig> for DhcpSettings {
             offer_hold,
             proxy_port_4011: c.proxy_port_4011.unwrap_or(true),
             ipxe_no_proxy_dhcp: c.ipxe_no_proxy_dhcp.unwrap_or(true),
+            ping_check: c.ping_check.enabled,
+            ping_timeout: {
+                let ms = c.ping_check.timeout_ms.unwrap_or(500);
+                if !(10..=5_000).contains(&ms) {
+                    return Err(err("pingCheck.timeoutMs", "must be 10..=5000 milliseconds"));
+                }
+                std::time::Duration::from_millis(ms)
+            },
             lease_sync,
             rate_limit: c.rate_limit.validate()?,
         })

@@ -19,6 +19,7 @@ pub mod options;
 pub mod packet;
 mod persist;
 pub mod policy;
+pub mod probe;
 pub mod server;
 
 pub use config::{DhcpConfig, DhcpSettings};

@@ -96,11 +96,22 @@ pub struct Discovered {
 pub struct Outcome {
     pub request_type: Option<MessageType>,
     pub reply: Option<Reply>,
+    /// Send `reply` only if nothing answers a ping of this address (see
+    /// [`Policy::probe_until`]); else [`Policy::address_in_use`].
+    pub probe: Option<Probe>,
     pub writes: Vec<LeaseWrite>,
     pub notice: Option<Notice>,
     pub discovered: Option<Discovered>,
     pub dropped: Option<DropReason>,
     pub warning: Option<Warning>,
+}
+
+/// An offered address to ping before the offer goes out.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Probe {
+    pub ip: Ipv4Addr,
+    pub client: ClientKey,
+    pub mac: [u8; 6],
 }
 
 /// The configuration the policy runs with.
@@ -109,6 +120,11 @@ pub struct Policy {
     pub cfg: DhcpSettings,
     /// Our address on the interface (option 54).
     pub server_ip: Ipv4Addr,
+    /// Until this time (unix seconds) a dynamic offer of an address this
+    /// server has no lease record of is pinged first: a previous instance
+    /// may have leased it (0: never). The driver sets it at start to the
+    /// longest lease time from then when ping checks are on.
+    pub probe_until: u64,
 }
 
 struct Ctx<'a> {
@@ -138,7 +154,18 @@ fn client_key(req: &Request, known: bool) -> ClientKey {
 
 impl Policy {
     pub fn new(cfg: DhcpSettings, server_ip: Ipv4Addr) -> Policy {
-        Policy { cfg, server_ip }
+        Policy {
+            cfg,
+            server_ip,
+            probe_until: 0,
+        }
+    }
+
+    /// A pinged address answered: someone uses it. Quarantine it (as a
+    /// DECLINE would) so the client's next DISCOVER gets another; the
+    /// writes persist the quarantine.
+    pub fn address_in_use(&self, p: &Probe, leases: &mut LeaseTable, now: u64) -> Vec<LeaseWrite> {
+        give_back::quarantine(p, leases, now)
     }
 
     /// Decide what to do with one packet.
@@ -458,6 +485,15 @@ fn notice(c: &Ctx, step: BootStep, m: &Message) -> Option<Notice> {
 fn discover(c: &Ctx, subnet: &Subnet, leases: &mut LeaseTable) -> Result<Outcome, DropReason> {
     admit(c)?;
     let ip = choose_address(c, subnet, leases)?;
+    // A dynamic address unknown to this table, while a previous instance's
+    // leases may still run: ping before offering.
+    let probe =
+        (c.now < c.p.probe_until && reservation(c, subnet).is_none() && leases.get(ip).is_none())
+            .then_some(Probe {
+                ip,
+                client: c.client,
+                mac: c.req.mac,
+            });
     leases.offer(
         ip,
         c.client,
@@ -469,6 +505,7 @@ fn discover(c: &Ctx, subnet: &Subnet, leases: &mut LeaseTable) -> Result<Outcome
         notice: notice(c, BootStep::DhcpOffer, &m),
         discovered: c.machine.is_none().then(|| discovered(c.req, Some(ip))),
         reply: Some(finish(c, &m, MessageType::Offer)?),
+        probe,
         ..Outcome::default()
     })
 }

@@ -26,7 +26,8 @@ use super::limit::Limiter;
 use super::metrics::DhcpMetrics;
 use super::packet::MAX_LEN;
 use super::persist::{Held, Outbox, Persister};
-use super::policy::{Notice, Outcome, Policy, Via};
+use super::policy::{Notice, Outcome, Policy, Probe, Via};
+use super::probe;
 use crate::api::BootEvent;
 use crate::directory::{BootRecorder, Directory};
 
@@ -57,6 +58,8 @@ pub enum DhcpError {
     },
     #[error("dhcp: lease task failed: {0}")]
     Task(String),
+    #[error("dhcp: pingCheck needs raw ICMP sockets (root or CAP_NET_RAW): {0}")]
+    Probe(#[source] io::Error),
 }
 
 /// Append the policy's boot-history note for a known Machine (its OFFER or
@@ -198,8 +201,17 @@ impl BoundServer {
         };
         tracing::info!(interface = %settings.interface, server = %server_ip, mode = ?settings.mode, leases = table.len(), "dhcp server bound");
         let (release_tx, release_rx) = mpsc::channel(256);
+        let mut policy = Policy::new(settings, server_ip);
+        if policy.cfg.ping_check == Some(true) && policy.cfg.mode == DhcpMode::Authoritative {
+            super::probe::check_available().map_err(DhcpError::Probe)?;
+            policy.probe_until = unix_now() + policy.cfg.max_lease_time();
+            tracing::info!(
+                seconds = policy.cfg.max_lease_time(),
+                "dhcp: dynamic offers of addresses unknown to this lease table are pinged first"
+            );
+        }
         Ok(BoundServer {
-            policy: Policy::new(settings, server_ip),
+            policy,
             sock67,
             sock4011,
             store,
@@ -264,17 +276,21 @@ impl BoundServer {
         };
         let mut writes: Vec<LeaseWrite> = Vec::new();
         let mut held: Vec<Held> = Vec::new();
+        let mut probing: Vec<(Held, Probe)> = Vec::new();
+        let mut probes = Probes::new(policy.cfg.ping_timeout);
+        let (probe_tx, mut probe_rx) = mpsc::channel(probe::MAX_IN_FLIGHT);
         loop {
+            probes.start(&mut probing, &probe_tx, &metrics);
             tokio::select! {
                 _ = cancel.cancelled() => break,
                 r = sock67.recv_from(&mut b67) => {
                     if let Ok((n, src)) = r {
                         let now = unix_now();
-                        ctx.packet(&b67[..n], src, Via::Port67, &mut table, now, &mut writes, &mut held).await;
+                        ctx.packet(&b67[..n], src, Via::Port67, &mut table, now, &mut writes, &mut held, &mut probing).await;
                         // Take what is already queued, then persist once.
                         for _ in 1..BURST {
                             match sock67.try_recv_from(&mut b67) {
-                                Ok((n, src)) => ctx.packet(&b67[..n], src, Via::Port67, &mut table, now, &mut writes, &mut held).await,
+                                Ok((n, src)) => ctx.packet(&b67[..n], src, Via::Port67, &mut table, now, &mut writes, &mut held, &mut probing).await,
                                 Err(_) => break,
                             }
                         }
@@ -283,7 +299,7 @@ impl BoundServer {
                 }
                 r = recv_opt(sock4011.as_deref(), &mut b4011) => {
                     if let Ok((n, src)) = r {
-                        ctx.packet(&b4011[..n], src, Via::Port4011, &mut table, unix_now(), &mut writes, &mut held).await;
+                        ctx.packet(&b4011[..n], src, Via::Port4011, &mut table, unix_now(), &mut writes, &mut held, &mut probing).await;
                         persister.persist(&mut writes, &mut held, &out).await;
                     }
                 }
@@ -294,6 +310,23 @@ impl BoundServer {
                     }
                     persister.persist(&mut writes, &mut held, &out).await;
                     metrics.leases_bound.set(table.bound(unix_now()).count() as i64);
+                }
+                Some((h, p, answered)) = probe_rx.recv() => {
+                    probes.done();
+                    match answered {
+                        Ok(false) => held.push(h),
+                        Ok(true) => {
+                            writes.extend(policy.address_in_use(&p, &mut table, unix_now()));
+                            metrics.drop("address_in_use");
+                            tracing::warn!(ip = %p.ip, "dhcp: an address about to be offered answered a ping: quarantined, not offered");
+                        }
+                        Err(e) => {
+                            // As ISC's server does: a failed probe does not hold the offer back.
+                            tracing::warn!(ip = %p.ip, error = %e, "dhcp: ping check failed; offering anyway");
+                            held.push(h);
+                        }
+                    }
+                    persister.persist(&mut writes, &mut held, &out).await;
                 }
                 _ = sweep.tick() => {
                     let now = unix_now();
@@ -353,6 +386,7 @@ impl Handler<'_> {
         now: u64,
         writes: &mut Vec<LeaseWrite>,
         held: &mut Vec<Held>,
+        probing: &mut Vec<(Held, Probe)>,
     ) {
         if let Some(mac) = bytes.get(28..34).and_then(|b| <[u8; 6]>::try_from(b).ok()) {
             let known = self.directory.by_mac(&mac).is_some();
@@ -376,7 +410,7 @@ impl Handler<'_> {
         );
         let now_reply = {
             let _e = span.enter();
-            self.after(out, src, via, writes, held)
+            self.after(out, src, via, writes, held, probing)
         };
         if let Some(h) = now_reply {
             self.out.send(&h.reply, h.src, h.via).instrument(span).await;
@@ -392,6 +426,7 @@ impl Handler<'_> {
         via: Via,
         writes: &mut Vec<LeaseWrite>,
         held: &mut Vec<Held>,
+        probing: &mut Vec<(Held, Probe)>,
     ) -> Option<Held> {
         let m = self.metrics;
         m.requested(out.request_type);
@@ -412,11 +447,59 @@ impl Handler<'_> {
             m.discovered_dropped.inc();
         }
         let reply = out.reply.map(|reply| Held { reply, src, via });
+        writes.extend_from_slice(&out.writes);
+        if let Some(p) = out.probe {
+            // Sent once the ping check finds the address free.
+            probing.extend(reply.map(|h| (h, p)));
+            return None;
+        }
         if out.writes.is_empty() {
             return reply;
         }
-        writes.extend_from_slice(&out.writes);
         held.extend(reply);
         None
+    }
+}
+
+type ProbeResult = (Held, Probe, io::Result<bool>);
+
+/// The ping checks in flight (at most [`probe::MAX_IN_FLIGHT`]).
+struct Probes {
+    timeout: Duration,
+    in_flight: usize,
+}
+
+impl Probes {
+    fn new(timeout: Duration) -> Probes {
+        Probes {
+            timeout,
+            in_flight: 0,
+        }
+    }
+
+    /// Start a ping for each held-back offer; over the cap, drop the offer
+    /// (counted): the client sends its DISCOVER again.
+    fn start(
+        &mut self,
+        probing: &mut Vec<(Held, Probe)>,
+        tx: &mpsc::Sender<ProbeResult>,
+        metrics: &DhcpMetrics,
+    ) {
+        for (h, p) in probing.drain(..) {
+            if self.in_flight >= probe::MAX_IN_FLIGHT {
+                metrics.drop("probe_busy");
+                continue;
+            }
+            self.in_flight += 1;
+            let (tx, timeout) = (tx.clone(), self.timeout);
+            tokio::spawn(async move {
+                let r = probe::in_use(p.ip, timeout).await;
+                let _ = tx.send((h, p, r)).await;
+            });
+        }
+    }
+
+    fn done(&mut self) {
+        self.in_flight = self.in_flight.saturating_sub(1);
     }
 }

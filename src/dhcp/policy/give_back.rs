@@ -2,8 +2,8 @@
 //! wire: quarantined, unless it is a declared Machine's reservation) and
 //! RELEASE. Both act only on the sender's own lease.
 
-use super::{Ctx, Outcome, Warning};
-use crate::dhcp::lease::LeaseTable;
+use super::{Ctx, Outcome, Probe, Warning};
+use crate::dhcp::lease::{LeaseTable, LeaseWrite};
 use crate::dhcp::packet::DropReason;
 
 /// Quarantine time of a declined address.
@@ -47,4 +47,9 @@ pub(super) fn release(c: &Ctx, leases: &mut LeaseTable) -> Result<Outcome, DropR
         writes,
         ..Outcome::default()
     })
+}
+
+/// An offered address answered a ping: quarantined as if declined.
+pub(super) fn quarantine(p: &Probe, leases: &mut LeaseTable, now: u64) -> Vec<LeaseWrite> {
+    leases.decline(p.ip, p.client, p.mac, now + DECLINE_HOLD)
 }

@@ -20,6 +20,8 @@ mod steering;
 
 /// Architectures without a boot file.
 mod boot_files;
+/// Ping checks before dynamic offers after a start.
+mod probe;
 
 const SERVER: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 1);
 const KNOWN: [u8; 6] = [0x52, 0x54, 0, 0x12, 0x34, 0x56];
