@@ -4,6 +4,9 @@
 //!
 //! - metalherd (authoritative DHCP, TFTP, boot HTTP) as it ships: its
 //!   answers to iPXE say no ProxyDHCP offer will come (option 175.176);
+//!   once more with its minimal IPv6 router advertisement on
+//!   (`dhcp.routerAdvertisement`), which ends iPXE's wait for IPv6
+//!   autoconfiguration;
 //! - metalherd with that turned off (`dhcp.ipxeNoProxyDhcp: false`), as it
 //!   booted before: iPXE holds back its REQUEST waiting for a ProxyDHCP
 //!   offer;
@@ -69,15 +72,21 @@ fn main() {
         (Firmware::Bios, "52:54:00:4d:48:21"),
         (Firmware::Uefi, "52:54:00:4d:48:22"),
     ] {
-        let (mut after, mut before, mut peer) = (Runs::default(), Runs::default(), Runs::default());
+        let (mut with_ra, mut after, mut before, mut peer) = (
+            Runs::default(),
+            Runs::default(),
+            Runs::default(),
+            Runs::default(),
+        );
         for round in 0..rounds {
-            for (dhcp, runs) in [
-                (Dhcp::Metalherd, &mut after),
-                (Dhcp::MetalherdIpxeWaits, &mut before),
+            for (dhcp, ra, runs) in [
+                (Dhcp::Metalherd, true, &mut with_ra),
+                (Dhcp::Metalherd, false, &mut after),
+                (Dhcp::MetalherdIpxeWaits, false, &mut before),
             ] {
-                let o = rt.block_on(boot_once(fw, false, dhcp, mac, &os));
+                let o = rt.block_on(boot_once(fw, ra, dhcp, mac, &os));
                 eprintln!(
-                    "{fw:?} {dhcp:?} round {round}: to Ignition {:.2} s, iPXE DHCP {:?}; {:?}",
+                    "{fw:?} {dhcp:?} ra={ra} round {round}: to Ignition {:.2} s, iPXE DHCP {:?}; {:?}",
                     o.to_ignition.as_secs_f64(),
                     o.ipxe_dhcp,
                     o.timeline
@@ -95,6 +104,7 @@ fn main() {
         }
         let base = median(&peer.to_ignition).unwrap_or(f64::NAN);
         for (name, r) in [
+            ("metalherd with its router advertisement", &with_ra),
             ("metalherd", &after),
             ("metalherd, `ipxeNoProxyDhcp: false`", &before),
             ("dnsmasq + nginx", &peer),

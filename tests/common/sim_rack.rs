@@ -32,6 +32,9 @@ pub struct SimMachine {
     pub boots: AtomicUsize,
     /// What the health endpoint answers now.
     pub health: AtomicU16,
+    /// While set, the "installer" waits before it calls home `installed`
+    /// (after its Ignition fetch): a provisioning held in flight.
+    pub hold_install: AtomicBool,
 }
 
 pub struct SimRack {
@@ -92,6 +95,7 @@ impl SimRack {
                 bmc,
                 boots: AtomicUsize::new(0),
                 health: AtomicU16::new(200),
+                hold_install: AtomicBool::new(false),
             });
             let listener = tokio::net::TcpListener::bind((m.ip, health_port))
                 .await
@@ -208,6 +212,9 @@ async fn walk(m: &SimMachine, base: &str, stop: &AtomicBool) {
     until_ok(&c, false, &ign, stop).await;
     // Out of service from here until the new OS is up.
     m.health.store(503, Ordering::SeqCst);
+    while m.hold_install.load(Ordering::SeqCst) && !stop.load(Ordering::SeqCst) {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
     let home = |what: &str| format!("{base}/callhome/{what}?mac={hy}&token={token}");
     until_ok(&c, true, &home("installed"), stop).await;
     let answer = script
