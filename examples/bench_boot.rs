@@ -5,7 +5,7 @@
 //! - metalherd (authoritative DHCP, TFTP, boot HTTP) as it ships: its
 //!   answers to iPXE say no ProxyDHCP offer will come (option 175.176);
 //!   once more with its minimal IPv6 router advertisement on
-//!   (`dhcp.routerAdvertisement`), which ends iPXE's wait for IPv6
+//!   (`boot.routerAdvertisement`), which ends iPXE's wait for IPv6
 //!   autoconfiguration;
 //! - metalherd with that turned off (`dhcp.ipxeNoProxyDhcp: false`), as it
 //!   booted before: iPXE holds back its REQUEST waiting for a ProxyDHCP
@@ -35,10 +35,16 @@ struct Runs {
     ipxe_dhcp: Vec<f64>,
 }
 
+/// The median (of an even count, the mean of the middle two).
 fn median(v: &[f64]) -> Option<f64> {
     let mut v = v.to_vec();
     v.sort_by(f64::total_cmp);
-    (!v.is_empty()).then(|| v[v.len() / 2])
+    let n = v.len();
+    match n {
+        0 => None,
+        _ if n % 2 == 1 => Some(v[n / 2]),
+        _ => Some((v[n / 2 - 1] + v[n / 2]) / 2.0),
+    }
 }
 
 fn show(v: &[f64]) -> String {
