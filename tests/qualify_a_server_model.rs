@@ -3,7 +3,8 @@
 //! (sushy-tools' fake driver, OpenIPMI's ipmi_sim, pyghmi's fake BMC), and
 //! against a lying BMC (the fault proxy in front of sushy-tools) whose lie
 //! it must name and turn into a quirk entry. The VM-backed half of the
-//! qualification (a real PXE boot observed through proxy DHCP) is not here.
+//! qualification (a real PXE boot observed through proxy DHCP) is in
+//! qualify_a_server_model_on_a_vm.rs.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod common;
@@ -286,4 +287,40 @@ async fn ipmi_sim_and_pyghmi_qualify_over_both_cipher_suites() {
         "{report:#}\n{stderr}"
     );
     assert_eq!(status(&report, "power-off"), "skipped");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn read_only_qualification_over_ipmi_sends_no_chassis_control() {
+    let sim = IpmiSim::start();
+    let address = format!("ipmi://127.0.0.1:{}", sim.port);
+    // --interface too: without --allow-power-actions nothing is watched
+    // either (no port is bound, no power call is made).
+    let (ok, report, stderr) = tokio::task::spawn_blocking(move || {
+        hw_test(&address, USER, PASSWORD, &["--interface", "lo"])
+    })
+    .await
+    .unwrap();
+    assert!(ok, "{report:#}\n{stderr}");
+    assert_eq!(status(&report, "inventory"), "pass", "{report:#}");
+    for step in [
+        "boot-override",
+        "power-off",
+        "power-on",
+        "power-cycle",
+        "pxe-boot",
+        "pxe-once",
+    ] {
+        assert_eq!(status(&report, step), "skipped", "{step}: {report:#}");
+    }
+    // Counted at the emulator: ipmi_sim runs its chassis program for every
+    // power and boot-device request; none of them was a "set".
+    let log = sim.chassis_log();
+    assert!(
+        log.lines().any(|l| l.starts_with("get")),
+        "the run read the chassis through the emulator: {log}"
+    );
+    assert!(
+        !log.lines().any(|l| l.starts_with("set")),
+        "a read-only run changed the chassis: {log}"
+    );
 }

@@ -11,6 +11,7 @@ use clap::{Args, ValueEnum};
 
 use crate::bmc::redfish::TlsMode;
 use crate::bmc::{Credentials, Timing};
+use crate::hwtest::pxe::PxeOptions;
 use crate::hwtest::{Options, run};
 
 #[derive(Debug, Clone, Copy, Default, ValueEnum)]
@@ -58,6 +59,20 @@ pub struct HwTestArgs {
     /// (smaller: finer timings, and short-lived states are not missed).
     #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u64).range(100..=10_000))]
     pub poll_ms: u64,
+    /// Watch the server PXE-boot on this interface (its boot network):
+    /// metalherd's proxy DHCP listens there, answering nothing, and checks
+    /// the one-time PXE override makes it PXE-boot once and only once.
+    /// Binds UDP port 67 (root). Only with --allow-power-actions.
+    #[arg(long, value_name = "IFACE")]
+    pub interface: Option<String>,
+    /// The MAC the server PXE-boots from (repeatable); default: every NIC
+    /// MAC of its inventory.
+    #[arg(long, value_name = "MAC", requires = "interface")]
+    pub boot_mac: Vec<crate::api::MacAddr>,
+    /// Seconds to wait for the PXE boot after power on, and to watch the
+    /// next boot for a second one.
+    #[arg(long, default_value_t = 300, requires = "interface")]
+    pub pxe_timeout: u64,
     /// Report format.
     #[arg(short = 'o', long, value_enum, default_value_t = Output::Table)]
     pub output: Output,
@@ -99,6 +114,11 @@ pub async fn run_cmd(args: HwTestArgs) -> anyhow::Result<()> {
         allow_power_actions: args.allow_power_actions,
         session_limit_probe: args.probe_session_limit,
         settle_window: Duration::from_secs(args.settle_window),
+        pxe: args.interface.clone().map(|interface| PxeOptions {
+            interface,
+            boot_macs: args.boot_mac.clone(),
+            timeout: Duration::from_secs(args.pxe_timeout),
+        }),
     };
     if !opts.allow_power_actions {
         eprintln!(

@@ -15,6 +15,7 @@ pub mod lease_store;
 pub mod lease_view;
 pub mod limit;
 pub mod metrics;
+pub mod observe;
 pub mod options;
 pub mod packet;
 mod persist;

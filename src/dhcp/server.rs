@@ -24,6 +24,7 @@ use super::lease_store::{DEFAULT_RECORDS, LeaseStore, LeaseStoreError};
 use super::lease_view::LeaseView;
 use super::limit::Limiter;
 use super::metrics::DhcpMetrics;
+use super::observe::Seen;
 use super::packet::MAX_LEN;
 use super::persist::{Held, Outbox, Persister};
 use super::policy::{Notice, Outcome, Policy, Probe, Via};
@@ -146,6 +147,7 @@ pub struct BoundServer {
     view: LeaseView,
     release_tx: mpsc::Sender<[u8; 6]>,
     release_rx: mpsc::Receiver<[u8; 6]>,
+    observer: Option<mpsc::Sender<Seen>>,
 }
 
 /// Gives a retired machine's lease back from outside the server (the
@@ -219,7 +221,16 @@ impl BoundServer {
             view,
             release_tx,
             release_rx,
+            observer: None,
         })
+    }
+
+    /// Also hand every well-formed request read to `tx` (never waiting:
+    /// when `tx` is full the watcher misses the packet). `hw-test` watches
+    /// a server PXE-boot through this.
+    pub fn observe(mut self, tx: mpsc::Sender<Seen>) -> BoundServer {
+        self.observer = Some(tx);
+        self
     }
 
     /// A handle that releases leases while the server runs.
@@ -252,6 +263,7 @@ impl BoundServer {
             view,
             release_tx,
             mut release_rx,
+            observer,
         } = self;
         drop(release_tx);
         let disc_tx = discovered.filter(|_| policy.cfg.discovery && policy.cfg.record_discovered);
@@ -273,6 +285,7 @@ impl BoundServer {
             disc_tx: disc_tx.as_ref(),
             metrics: &metrics,
             out: &out,
+            observer: observer.as_ref(),
         };
         let mut writes: Vec<LeaseWrite> = Vec::new();
         let mut held: Vec<Held> = Vec::new();
@@ -373,6 +386,7 @@ struct Handler<'a> {
     disc_tx: Option<&'a mpsc::Sender<DiscoveredClient>>,
     metrics: &'a DhcpMetrics,
     out: &'a Outbox,
+    observer: Option<&'a mpsc::Sender<Seen>>,
 }
 
 impl Handler<'_> {
@@ -388,6 +402,12 @@ impl Handler<'_> {
         held: &mut Vec<Held>,
         probing: &mut Vec<(Held, Probe)>,
     ) {
+        // Before the rate limiter: a watcher sees what arrived.
+        if let Some(tx) = self.observer
+            && let Some(seen) = Seen::parse(bytes)
+        {
+            let _ = tx.try_send(seen);
+        }
         if let Some(mac) = bytes.get(28..34).and_then(|b| <[u8; 6]>::try_from(b).ok()) {
             let known = self.directory.by_mac(&mac).is_some();
             let checked = self

@@ -9,6 +9,8 @@
 //! `bmc.quirks:` entry. Progress goes to the caller's callback.
 
 pub mod power;
+pub mod pxe;
+pub mod pxe_check;
 pub mod redfish;
 pub mod report;
 pub mod tls;
@@ -40,6 +42,8 @@ pub struct Options {
     /// How long to keep reading the power state after the BMC reports an
     /// action done, to catch a state that settles late.
     pub settle_window: Duration,
+    /// Watch the server PXE-boot (once) through proxy DHCP on an interface.
+    pub pxe: Option<pxe::PxeOptions>,
 }
 
 /// Where progress lines go (the CLI prints them to stderr).

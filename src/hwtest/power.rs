@@ -1,12 +1,15 @@
 //! The checks both protocols share, through the [`Bmc`] driver: inventory,
 //! and (only with `allow_power_actions`) the one-time boot override read
 //! back, power off / on / cycle timed and then watched for a settle window,
-//! and whether the override was still set after the server booted.
+//! whether the override was still set after the server booted, and (with
+//! an interface to watch, see [`super::pxe_check`]) whether the server
+//! really PXE-booted once and only once.
 
 use std::time::{Duration, Instant};
 
+use super::pxe_check::PxeCheck;
 use super::report::{Finding, Report, Status};
-use super::{Options, OverrideReader, Progress, check, covering, secs};
+use super::{Options, OverrideReader, OverrideView, Progress, check, covering, secs};
 use crate::bmc::quirks::{QuirkSet, Quirks};
 use crate::bmc::{Bmc, BootDevice, FirmwareMode, PowerAction, PowerState};
 
@@ -95,6 +98,8 @@ pub async fn common(
             "power-on",
             "override-after-boot",
             "power-cycle",
+            super::pxe_check::FIRST,
+            super::pxe_check::SECOND,
         ] {
             report.push(check(
                 name,
@@ -107,6 +112,9 @@ pub async fn common(
     }
     let table = opts.quirks.as_ref();
     let initial = bmc.power_state().await.unwrap_or(PowerState::Unknown);
+    // Watching starts before the override is set: nothing is missed.
+    let mut pxe = PxeCheck::start(opts, report, progress).await;
+    let mut after_boot: Option<OverrideView> = None;
 
     // One-time network boot, read back.
     progress("boot-override: one-time PXE (UEFI), read back");
@@ -161,7 +169,9 @@ pub async fn common(
         if name == "override-after-boot" {
             // The server booted once since the override was set: a one-time
             // override is gone now.
-            match reader.read().await {
+            let read = reader.read().await;
+            after_boot = read.as_ref().ok().cloned();
+            match read {
                 Ok(v) if v.network && v.active => {
                     let covered =
                         covering(table, &quirks, |s| s.once_kept_as_continuous == Some(true));
@@ -197,6 +207,31 @@ pub async fn common(
         let took = start.elapsed();
         if let Err(e) = r {
             report.push(check(name, Status::Fail, secs(took), e.to_string()));
+            // The PXE check still needs its second boot: off, then on.
+            if let (PowerAction::Cycle, Some(p)) = (action, pxe.as_ref()) {
+                progress("power-cycle failed: second boot by ForceOff, then On");
+                let _ = bmc.power(PowerAction::ForceOff).await;
+                let start = Instant::now();
+                if let Err(e) = bmc.power(PowerAction::On).await {
+                    report.push(check(
+                        super::pxe_check::SECOND,
+                        Status::Fail,
+                        None,
+                        format!("no second boot: power on failed: {e}"),
+                    ));
+                    continue;
+                }
+                p.second_boot(
+                    start,
+                    after_boot.as_ref(),
+                    opts,
+                    &quirks,
+                    &mut set,
+                    report,
+                    progress,
+                )
+                .await;
+            }
             continue;
         }
         let wanted = action.target();
@@ -223,6 +258,22 @@ pub async fn common(
                 secs(took),
                 format!("reported {wanted:?}, then {:?} from {left:.1} s on until the end of the window", w.last),
             )),
+        }
+        match (name, pxe.as_mut()) {
+            ("power-on", Some(p)) => p.first_boot(start, report, progress).await,
+            ("power-cycle", Some(p)) => {
+                p.second_boot(
+                    start,
+                    after_boot.as_ref(),
+                    opts,
+                    &quirks,
+                    &mut set,
+                    report,
+                    progress,
+                )
+                .await
+            }
+            _ => {}
         }
     }
     set.power_settle_seconds = settle_needed;

@@ -18,6 +18,7 @@ pub mod lab_disk;
 pub mod lan;
 pub mod manifests;
 pub mod netns;
+pub mod ns_proxy;
 pub mod out_of_service;
 pub mod proc;
 pub mod qemu;
@@ -29,6 +30,7 @@ pub mod sim_boot;
 pub mod sim_rack;
 pub mod sushy;
 pub mod tftp;
+pub mod vbmc;
 
 use std::path::PathBuf;
 
