@@ -12,12 +12,9 @@
 //! (a tower layer in the kube client) while the store's shared suite and a
 //! sweep of every store call over every kind run against a stand-in API
 //! server; the Deployment's probes name a path the server serves without a
-//! token; its config file parses as metalherd's; the admission webhook's
-//! Service, certificate and caBundle fit together, and `serve` started
-//! with that certificate answers an AdmissionReview at the webhook's path
-//! to a client that trusts only the caBundle and checks the Service's
-//! name; and `systemd-analyze verify` accepts the systemd unit without a
-//! warning.
+//! token; its config file parses as metalherd's; and `systemd-analyze
+//! verify` accepts the systemd unit without a warning. The admission
+//! webhook's pieces: tests/deploy_webhook.rs.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod common;
@@ -25,6 +22,7 @@ mod common;
 use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex};
 
+use common::deploy::{docs, named, render, typed};
 use common::server::{Server, text};
 use futures::StreamExt;
 use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
@@ -226,104 +224,6 @@ async fn the_role_grants_exactly_what_the_store_backend_requests() {
         recorded,
         "deploy/kubernetes/rbac.yaml's Role against the requests recorded"
     );
-}
-
-/// `kubectl kustomize deploy/kubernetes` on a copy with a token key.
-fn render() -> Vec<Value> {
-    let dir = tempfile::tempdir().unwrap();
-    let copy = dir.path().join("deploy");
-    let out = std::process::Command::new("cp")
-        .args(["-r"])
-        .arg(common::repo_root().join("deploy"))
-        .arg(&copy)
-        .output()
-        .unwrap();
-    assert!(out.status.success());
-    std::fs::write(copy.join("kubernetes/boot-token.key"), [7u8; 32]).unwrap();
-    // The webhook's certificate, made with the kustomization's own command.
-    let k = copy.join("kubernetes");
-    let out = std::process::Command::new(common::require_tool("openssl"))
-        .args([
-            "req",
-            "-x509",
-            "-newkey",
-            "ec",
-            "-pkeyopt",
-            "ec_paramgen_curve:P-256",
-            "-nodes",
-            "-days",
-            "825",
-            "-subj",
-            "/CN=metalherd-webhook.metalherd.svc",
-            "-addext",
-            "subjectAltName=DNS:metalherd-webhook.metalherd.svc",
-            "-keyout",
-        ])
-        .arg(k.join("webhook-tls.key"))
-        .arg("-out")
-        .arg(k.join("webhook-tls.crt"))
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "openssl: {}", text(&out).1);
-    let out = std::process::Command::new(common::require_tool("kubectl"))
-        .env("HOME", dir.path())
-        .arg("kustomize")
-        .arg(copy.join("kubernetes"))
-        .output()
-        .unwrap();
-    let (o, e) = text(&out);
-    assert!(out.status.success(), "kubectl kustomize: {e}");
-    let mut d = docs(&o);
-    d.iter_mut().for_each(join_base64_lines);
-    d
-}
-
-/// kustomize folds long base64 values (Secret data, a caBundle) over
-/// several lines; the API server's decoder skips the line breaks (Go's
-/// base64), k8s-openapi's does not, so join them as the server reads them.
-fn join_base64_lines(d: &mut Value) {
-    let join = |v: &mut Value| {
-        if let Some(s) = v.as_str() {
-            *v = Value::String(s.split_whitespace().collect());
-        }
-    };
-    if d["kind"] == "Secret"
-        && let Some(data) = d.get_mut("data").and_then(Value::as_object_mut)
-    {
-        data.values_mut().for_each(join);
-    }
-    if let Some(hooks) = d.get_mut("webhooks").and_then(Value::as_array_mut) {
-        for h in hooks {
-            if let Some(b) = h.pointer_mut("/clientConfig/caBundle") {
-                join(b);
-            }
-        }
-    }
-}
-
-fn docs(yaml: &str) -> Vec<Value> {
-    use serde::Deserialize;
-    serde_yaml::Deserializer::from_str(yaml)
-        .map(|d| Value::deserialize(d).unwrap())
-        .filter(|v| !v.is_null())
-        .collect()
-}
-
-/// The rendered object of `kind` called `name`, as its k8s-openapi type.
-fn named<T: serde::de::DeserializeOwned>(docs: &[Value], kind: &str, name: &str) -> T {
-    let d = docs
-        .iter()
-        .find(|d| d["kind"] == kind && d["metadata"]["name"] == name)
-        .unwrap_or_else(|| panic!("no {kind} {name} rendered"));
-    serde_json::from_value(d.clone()).unwrap()
-}
-
-/// The one rendered object of `kind`, as its k8s-openapi type.
-fn typed<T: serde::de::DeserializeOwned>(docs: &[Value], kind: &str) -> T {
-    let mut found = docs.iter().filter(|d| d["kind"] == kind);
-    let d = found.next().unwrap_or_else(|| panic!("no {kind} rendered"));
-    assert!(found.next().is_none(), "more than one {kind}");
-    serde_json::from_value(d.clone()).unwrap()
 }
 
 /// Parse into the type and back: a field the type does not know is lost,
@@ -537,159 +437,6 @@ fn the_deployment_runs_with_host_network_two_capabilities_and_real_probes() {
             .iter()
             .flatten()
             .any(|m| m.mount_path.ends_with("boot-token.key"))
-    );
-}
-
-#[test]
-fn the_admission_webhook_is_reachable_and_trusted_as_the_cluster_would_call_it() {
-    let rendered = render();
-    let vwc: ValidatingWebhookConfiguration = typed(&rendered, "ValidatingWebhookConfiguration");
-    let hook = &vwc.webhooks.as_ref().unwrap()[0];
-    assert_eq!(hook.admission_review_versions, vec!["v1".to_string()]);
-    assert_eq!(hook.failure_policy.as_deref(), Some("Fail"));
-    assert_eq!(hook.side_effects, "None");
-    let rules = hook.rules.as_ref().unwrap();
-    let resources: BTreeSet<&str> = rules
-        .iter()
-        .flat_map(|r| r.resources.iter().flatten().map(String::as_str))
-        .collect();
-    assert_eq!(
-        resources,
-        BTreeSet::from(["machines", "machineclasses", "machinesets"])
-    );
-    let svc_ref = hook.client_config.service.as_ref().unwrap();
-    assert_eq!(
-        svc_ref.path.as_deref(),
-        Some(metalherd::http::api::webhook::PATH)
-    );
-    // The Service it names exists, selects the Deployment's pods and
-    // forwards to the API port.
-    let svc: Service = named(&rendered, "Service", &svc_ref.name);
-    assert_eq!(
-        svc.metadata.namespace.as_deref(),
-        Some(svc_ref.namespace.as_str())
-    );
-    let spec = svc.spec.unwrap();
-    let port = spec
-        .ports
-        .iter()
-        .flatten()
-        .find(|p| Some(p.port) == svc_ref.port)
-        .unwrap();
-    assert_eq!(
-        port.target_port,
-        Some(k8s_openapi::apimachinery::pkg::util::intstr::IntOrString::String("api".into()))
-    );
-    let d: Deployment = typed(&rendered, "Deployment");
-    let pod_labels = d
-        .spec
-        .as_ref()
-        .unwrap()
-        .template
-        .metadata
-        .as_ref()
-        .unwrap()
-        .labels
-        .clone()
-        .unwrap();
-    for (k, v) in spec.selector.unwrap() {
-        assert_eq!(pod_labels.get(&k), Some(&v), "the Service selects {k}={v}");
-    }
-    // The caBundle is the certificate in the Secret the Deployment mounts
-    // and hands to `serve` as --tls-cert/--tls-key.
-    let tls: Secret = named(&rendered, "Secret", "metalherd-webhook-tls");
-    let data = tls.data.unwrap();
-    let cert = &data["tls.crt"].0;
-    let bundle = hook.client_config.ca_bundle.as_ref().unwrap().0.clone();
-    assert_eq!(&bundle, cert, "caBundle is the served certificate");
-    let pod = d.spec.unwrap().template.spec.unwrap();
-    let vol = pod
-        .volumes
-        .iter()
-        .flatten()
-        .find(|v| {
-            v.secret.as_ref().and_then(|s| s.secret_name.as_deref())
-                == Some("metalherd-webhook-tls")
-        })
-        .expect("the Deployment mounts the webhook's Secret");
-    let c = &pod.containers[0];
-    let mount = c
-        .volume_mounts
-        .iter()
-        .flatten()
-        .find(|m| m.name == vol.name)
-        .unwrap();
-    let args = c.args.clone().unwrap();
-    for (flag, file) in [("--tls-cert", "tls.crt"), ("--tls-key", "tls.key")] {
-        let want = format!("{flag}={}/{file}", mount.mount_path);
-        assert!(args.contains(&want), "{want} missing from {args:?}");
-    }
-
-    // `serve` with that pair answers an AdmissionReview to a client that
-    // trusts only the caBundle and checks the Service's DNS name, as the
-    // kube-apiserver does.
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::write(dir.path().join("tls.crt"), cert).unwrap();
-    std::fs::write(dir.path().join("tls.key"), &data["tls.key"].0).unwrap();
-    std::fs::write(dir.path().join("ca.crt"), &bundle).unwrap();
-    let port = common::free_port();
-    let mut cmd = std::process::Command::new(common::metalherd_bin());
-    cmd.arg("--data-dir")
-        .arg(dir.path().join("data"))
-        .args(["serve", "--listen", &format!("127.0.0.1:{port}")])
-        .arg("--tls-cert")
-        .arg(dir.path().join("tls.crt"))
-        .arg("--tls-key")
-        .arg(dir.path().join("tls.key"))
-        .env("METALHERD_CONFIG", "/dev/null")
-        .env("METALHERD_LOG", "info");
-    let _serve =
-        common::proc::ChildGuard::spawn("metalherd serve", &mut cmd, &dir.path().join("serve.log"));
-    let host = format!("{}.{}.svc", svc_ref.name, svc_ref.namespace);
-    let review = json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
-        "request": {"uid": "u-1", "operation": "CREATE",
-                    "kind": {"group": "metalherd.dev", "version": "v1alpha1", "kind": "Machine"},
-                    "object": {"apiVersion": "metalherd.dev/v1alpha1", "kind": "Machine",
-                               "metadata": {"name": "m1", "namespace": "metalherd"},
-                               "spec": {"bootMACAddress": "52:54:00:12:34"}}}});
-    let answer = common::proc::wait_for(std::time::Duration::from_secs(30), || {
-        let out = std::process::Command::new("curl")
-            .args(["-s", "--fail-with-body", "--cacert"])
-            .arg(dir.path().join("ca.crt"))
-            .args(["--resolve", &format!("{host}:{port}:127.0.0.1")])
-            .args(["-H", "Content-Type: application/json", "--data-binary"])
-            .arg(review.to_string())
-            .arg(format!(
-                "https://{host}:{port}{}",
-                metalherd::http::api::webhook::PATH
-            ))
-            .output()
-            .ok()?;
-        out.status
-            .success()
-            .then(|| serde_json::from_slice::<Value>(&out.stdout).ok())?
-    });
-    let answer = answer.unwrap_or_else(|| {
-        panic!(
-            "no answer from the webhook; log:\n{}",
-            std::fs::read_to_string(dir.path().join("serve.log")).unwrap_or_default()
-        )
-    });
-    assert_eq!(answer["response"]["uid"], "u-1", "{answer}");
-    assert_eq!(answer["response"]["allowed"], false, "{answer}");
-    let fields: Vec<&Value> = answer["response"]["status"]["details"]["causes"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|c| &c["field"])
-        .collect();
-    assert!(fields.contains(&&json!("spec")), "{answer}");
-    assert!(
-        answer["response"]["status"]["message"]
-            .as_str()
-            .unwrap()
-            .contains("missing field `bmc`"),
-        "{answer}"
     );
 }
 

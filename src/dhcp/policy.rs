@@ -566,46 +566,9 @@ fn inform(c: &Ctx, subnet: &Subnet) -> Result<Outcome, DropReason> {
     })
 }
 
-// ---- proxyDHCP mode ----------------------------------------------------------
-
-/// Boot information only, never an address; PXE-capable clients only.
-fn proxy(c: &Ctx) -> Result<Outcome, DropReason> {
-    if ClientKind::of(c.req) == ClientKind::Plain {
-        return Err(DropReason::NotPxe);
-    }
-    admit(c)?;
-    let t = match (c.via, c.req.msg_type) {
-        (Via::Port67, MessageType::Discover) => MessageType::Offer,
-        (Via::Port4011, MessageType::Request | MessageType::Inform) => MessageType::Ack,
-        (Via::Port67, MessageType::Request) if c.req.server_id() == Some(c.p.server_ip) => {
-            MessageType::Ack
-        }
-        (Via::Port67, MessageType::Request) => return Err(DropReason::OtherServer),
-        _ => return Err(DropReason::Unhandled),
-    };
-    let b = options::boot_info(c.req, &c.p.cfg, c.p.server_ip)?.ok_or(DropReason::NotPxe)?;
-    let mut m = options::reply(c.req, t, c.p.server_ip);
-    options::add_boot(&mut m, c.req, &b);
-    // A proxy offer must say PXEClient even to iPXE, or firmware ignores it.
-    if b.vendor_class.is_none() {
-        m.opts_mut()
-            .insert(DhcpOption::ClassIdentifier(b"PXEClient".to_vec()));
-    }
-    options::echo_relay_info(&mut m, c.req);
-    Ok(Outcome {
-        notice: notice(
-            c,
-            if t == MessageType::Offer {
-                BootStep::DhcpOffer
-            } else {
-                BootStep::DhcpAck
-            },
-            &m,
-        ),
-        reply: Some(finish(c, &m, t)?),
-        ..Outcome::default()
-    })
-}
+/// proxyDHCP mode: boot information only, never an address.
+mod proxy;
+use proxy::proxy;
 
 /// DECLINE and RELEASE: a client giving an address back.
 mod give_back;

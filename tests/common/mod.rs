@@ -7,6 +7,7 @@ pub mod bmc_proxy;
 pub mod boot_server;
 pub mod bootlab;
 pub mod browser;
+pub mod deploy;
 pub mod dhcp_clients;
 pub mod dhcp_serve;
 pub mod ignition;
