@@ -18,6 +18,10 @@
 //!   progress deadline: `rollout status` exits non-zero naming the probe's
 //!   answer, the batch is reimaged back to revision 1 (`RolledBack`), the
 //!   revision is marked bad, and the other two servers were never touched.
+//! - `rollout_status_follows_a_class_edit`: the class the template names
+//!   is edited in place (the set's generation does not move) and
+//!   `rollout status` starts at once: it follows the new revision to its
+//!   end, and exits 0 only when every server runs it.
 //! - `a_rollout_resumes_after_sigkill`: `metalherd serve` is killed with
 //!   SIGKILL while batch 1 reimages and again as batch 2 is recorded; each
 //!   time it starts again on the same data directory, the rollout resumes
@@ -352,6 +356,36 @@ async fn rollback_a_bad_revision_on_the_simulated_rack() {
         .await;
     assert!(!ok);
     assert!(err.contains("rolled back to revision 1"), "{err}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn rollout_status_follows_a_class_edit() {
+    let s = story("c", 5, &[("flatcar-a", "4230.2.3", &["console=ttyS0"])]).await;
+    s.apply_set("flatcar-a", 4, 120).await;
+    let status = [
+        "rollout",
+        "status",
+        "machineset",
+        "workers",
+        "--timeout",
+        "3m",
+    ];
+    let (ok, out, err) = s.cli(&status).await;
+    assert!(ok, "first rollout: {out}{err}");
+    assert_eq!(s.rack.boots(), [1, 1, 1, 1]);
+
+    // A new version in the class itself, and `rollout status` at once.
+    s.edit_class("flatcar-a", "4230.2.4").await;
+    let (ok, out, err) = s.cli(&status).await;
+    assert!(ok, "rollout: {out}{err}\n{}", tail(&s.api.log(), 40));
+    assert!(
+        out.contains("successfully rolled out: revision 2 on 4 machines"),
+        "{out}"
+    );
+    // It returned only once every server runs revision 2.
+    s.all_on(2).await;
+    assert_eq!(s.rack.boots(), [2, 2, 2, 2], "{out}");
+    assert_eq!(passed_batches(&out, 2).len(), 2, "{out}");
 }
 
 /// Wait until the set's batch in flight is `number` of revision `rev`.

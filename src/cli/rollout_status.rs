@@ -4,6 +4,13 @@
 //! each machine's phase as it moves, and the set's counts; exits 0 when
 //! the rollout is complete, 1 when it failed (or was rolled back) or
 //! `--timeout` passed first.
+//!
+//! A class edited in place makes a new revision without moving the set's
+//! generation, so the set's status alone cannot say whether it describes
+//! the rollout wanted now: the class is watched too, and a status counts
+//! only once its `updateRevision` is the revision the template with the
+//! class as it is now makes (the controller's own answer, from
+//! [`revision::target`]).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
@@ -18,6 +25,8 @@ use super::client::ApiClient;
 use super::rollout::{Target, set_kind};
 use crate::api::Kind;
 use crate::api::machine_set::{REVISION_LABEL, RolloutState, SET_LABEL};
+use crate::api::{MachineClassSpec, MachineSet};
+use crate::controller::machine_set::revision;
 
 #[derive(Debug, Args)]
 pub struct StatusArgs {
@@ -95,8 +104,9 @@ impl Tracker {
         }
     }
 
-    /// A new state of the set: lines to print, and the verdict.
-    pub fn set(&mut self, set: &Value, out: &mut Vec<String>) -> Verdict {
+    /// A new state of the set, with the class its template names as it is
+    /// now (`None`: it does not exist): lines to print, and the verdict.
+    pub fn set(&mut self, set: &Value, class: Option<&Value>, out: &mut Vec<String>) -> Verdict {
         let generation = i(set, "/metadata/generation");
         let observed = i(set, "/status/observedGeneration");
         if observed < generation {
@@ -104,6 +114,10 @@ impl Tracker {
                 format!("Waiting for the controller to observe generation {generation}"),
                 out,
             );
+            return Verdict::Waiting;
+        }
+        if let Some(wait) = unrecorded(set, class) {
+            self.note(wait, out);
             return Verdict::Waiting;
         }
         let st = &set["status"];
@@ -202,6 +216,49 @@ impl Tracker {
     }
 }
 
+/// Why the set's status does not describe the rollout wanted now (the
+/// revision its template with `class` makes is not its update revision
+/// yet), or `None` when it does. A set or class this client cannot read
+/// (a newer server's fields) is taken at its status's word.
+fn unrecorded(set: &Value, class: Option<&Value>) -> Option<String> {
+    let typed: MachineSet = serde_json::from_value(set.clone()).ok()?;
+    let spec: Option<MachineClassSpec> = match class {
+        Some(c) => Some(serde_json::from_value(c["spec"].clone()).ok()?),
+        None => None,
+    };
+    let target = revision::target(&typed, spec.as_ref());
+    if revision::recorded(&typed, &target) {
+        return None;
+    }
+    let name = &typed.spec.template.class_ref.name;
+    Some(match target {
+        revision::Target::Kept(n) => format!("Waiting for the controller to roll out revision {n}"),
+        _ => {
+            format!("Waiting for the controller to make the revision of class {name} as it is now")
+        }
+    })
+}
+
+/// The class the set's template names, `None` when it does not exist.
+async fn class_of(client: &ApiClient, ns: &str, set: &Value) -> anyhow::Result<Option<Value>> {
+    let Some(name) = set
+        .pointer("/spec/template/classRef/name")
+        .and_then(Value::as_str)
+    else {
+        return Ok(None);
+    };
+    match client.get(Kind::MachineClass, ns, name).await {
+        Ok(c) => Ok(Some(c)),
+        Err(e) if e.is_not_found() => Ok(None),
+        Err(e) => Err(e.into()),
+    }
+}
+
+fn class_name(v: &Value) -> Option<&str> {
+    v.pointer("/spec/template/classRef/name")
+        .and_then(Value::as_str)
+}
+
 fn print(out: &mut Vec<String>) {
     for l in out.drain(..) {
         println!("{l}");
@@ -230,11 +287,19 @@ async fn follow(client: &ApiClient, kind: Kind, ns: &str, name: &str) -> anyhow:
     let mut tr = Tracker::new(name);
     let mut out = Vec::new();
     let selector = format!("{SET_LABEL}={name}");
+    let rv = |v: &Value| {
+        v.pointer("/metadata/resourceVersion")
+            .and_then(Value::as_str)
+            .map(str::to_string)
+    };
     // A watch that ends (server restart, timeout) is opened again from a
     // fresh read: nothing is missed, since the set's status is whole.
     loop {
-        let set = client.get(kind, ns, name).await?;
-        let verdict = tr.set(&set, &mut out);
+        // The class list first: a class edit after it is in its watch.
+        let classes = client.list(Kind::MachineClass, Some(ns), None).await?;
+        let mut set = client.get(kind, ns, name).await?;
+        let mut class = class_of(client, ns, &set).await?;
+        let verdict = tr.set(&set, class.as_ref(), &mut out);
         let machines = client
             .list(Kind::Machine, Some(ns), Some(&selector))
             .await?;
@@ -250,11 +315,6 @@ async fn follow(client: &ApiClient, kind: Kind, ns: &str, name: &str) -> anyhow:
             Verdict::Failed(s) => anyhow::bail!(s),
             Verdict::Waiting => {}
         }
-        let rv = |v: &Value| {
-            v.pointer("/metadata/resourceVersion")
-                .and_then(Value::as_str)
-                .map(str::to_string)
-        };
         let sets = client
             .watch(kind, Some(ns), None, rv(&set).as_deref())
             .await?;
@@ -266,8 +326,23 @@ async fn follow(client: &ApiClient, kind: Kind, ns: &str, name: &str) -> anyhow:
                 rv(&machines).as_deref(),
             )
             .await?;
-        let mut both = futures::stream::select(sets.map(Either::Left), ms.map(Either::Right));
-        while let Some(ev) = both.next().await {
+        let cs = client
+            .watch(Kind::MachineClass, Some(ns), None, rv(&classes).as_deref())
+            .await?;
+        let mut all = futures::stream::select(
+            futures::stream::select(sets.map(Either::Left), cs.map(Either::Right))
+                .map(Either::Left),
+            ms.map(Either::Right),
+        );
+        while let Some(ev) = all.next().await {
+            let ev = match ev {
+                Either::Right(ev) => {
+                    tr.machine(&ev?.object, false, &mut out);
+                    print(&mut out);
+                    continue;
+                }
+                Either::Left(ev) => ev,
+            };
             match ev {
                 Either::Left(ev) => {
                     let ev = ev?;
@@ -277,21 +352,28 @@ async fn follow(client: &ApiClient, kind: Kind, ns: &str, name: &str) -> anyhow:
                     if ev.type_ == "DELETED" {
                         anyhow::bail!("machineset \"{name}\" was deleted");
                     }
-                    let verdict = tr.set(&ev.object, &mut out);
-                    print(&mut out);
-                    match verdict {
-                        Verdict::Complete(s) => {
-                            println!("{s}");
-                            return Ok(());
-                        }
-                        Verdict::Failed(s) => anyhow::bail!(s),
-                        Verdict::Waiting => {}
+                    if class_name(&ev.object) != class_name(&set) {
+                        class = class_of(client, ns, &ev.object).await?;
                     }
+                    set = ev.object;
                 }
                 Either::Right(ev) => {
-                    tr.machine(&ev?.object, false, &mut out);
-                    print(&mut out);
+                    let ev = ev?;
+                    if ev.object["metadata"]["name"].as_str() != class_name(&set) {
+                        continue;
+                    }
+                    class = (ev.type_ != "DELETED").then_some(ev.object);
                 }
+            }
+            let verdict = tr.set(&set, class.as_ref(), &mut out);
+            print(&mut out);
+            match verdict {
+                Verdict::Complete(s) => {
+                    println!("{s}");
+                    return Ok(());
+                }
+                Verdict::Failed(s) => anyhow::bail!(s),
+                Verdict::Waiting => {}
             }
         }
     }
@@ -320,21 +402,24 @@ mod tests {
         let mut out = Vec::new();
         let old = json!({"rolloutState": "Complete", "updateRevision": 1});
         // Not observed yet: the old Complete does not count.
-        assert_eq!(t.set(&set(2, 1, old), &mut out), Verdict::Waiting);
+        assert_eq!(t.set(&set(2, 1, old), None, &mut out), Verdict::Waiting);
         assert_eq!(out, ["Waiting for the controller to observe generation 2"]);
         out.clear();
         let b1 = json!({"rolloutState": "Progressing", "updateRevision": 2,
             "currentBatch": batch(2, 1, &["m1", "m2"], false)});
-        assert_eq!(t.set(&set(2, 2, b1.clone()), &mut out), Verdict::Waiting);
+        assert_eq!(
+            t.set(&set(2, 2, b1.clone()), None, &mut out),
+            Verdict::Waiting
+        );
         assert_eq!(out[0], "batch 1 of revision 2 started: m1, m2");
         out.clear();
         // The same state again prints nothing.
-        t.set(&set(2, 2, b1), &mut out);
+        t.set(&set(2, 2, b1), None, &mut out);
         assert!(out.is_empty(), "{out:?}");
         let b2 = json!({"rolloutState": "Progressing", "updateRevision": 2, "updatedReplicas": 2,
             "completedBatches": [batch(2, 1, &["m1", "m2"], false)],
             "currentBatch": batch(2, 2, &["m3", "m4"], false)});
-        t.set(&set(2, 2, b2), &mut out);
+        t.set(&set(2, 2, b2), None, &mut out);
         assert_eq!(
             out,
             [
@@ -345,7 +430,7 @@ mod tests {
         );
         out.clear();
         let done = json!({"rolloutState": "Complete", "updateRevision": 2, "updatedReplicas": 4});
-        let v = t.set(&set(2, 2, done), &mut out);
+        let v = t.set(&set(2, 2, done), None, &mut out);
         assert_eq!(
             v,
             Verdict::Complete(
@@ -355,13 +440,72 @@ mod tests {
     }
 
     #[test]
+    fn a_class_edited_in_place_is_waited_for() {
+        use crate::controller::machine_set::plan::{Input, plan, tests::class};
+        let mut set: MachineSet = serde_json::from_value(json!({
+            "apiVersion": "metalherd.dev/v1alpha1", "kind": "MachineSet",
+            "metadata": {"name": "w", "namespace": "default", "generation": 1},
+            "spec": {"replicas": 0, "selector": {"matchLabels": {"role": "worker"}},
+                     "template": {"classRef": {"name": "flatcar"}}}
+        }))
+        .unwrap();
+        let class_obj =
+            |spec: &MachineClassSpec| json!({"metadata": {"name": "flatcar"}, "spec": spec});
+        let (old, new) = (class("4230.2.3"), class("4230.2.4"));
+        // What the controller records for each class, as it plans.
+        let record = |set: &mut MachineSet, spec: &MachineClassSpec| {
+            let p = plan(&Input {
+                set,
+                claimed: vec![],
+                candidates: vec![],
+                class: Some(spec),
+                now: jiff::Timestamp::UNIX_EPOCH,
+            });
+            set.status = Some(p.status);
+            serde_json::to_value(&*set).unwrap()
+        };
+        let done1 = record(&mut set, &old);
+        assert_eq!(done1["status"]["rolloutState"], "Complete", "{done1:#}");
+        let mut t = Tracker::new("w");
+        let mut out = Vec::new();
+        // The class is edited: the set's status still says revision 1 is
+        // complete, at the same generation, and that is not the answer.
+        assert_eq!(
+            t.set(&done1, Some(&class_obj(&new)), &mut out),
+            Verdict::Waiting
+        );
+        assert_eq!(
+            out,
+            ["Waiting for the controller to make the revision of class flatcar as it is now"]
+        );
+        // Once the controller has made revision 2 and rolled it out.
+        let done2 = record(&mut set, &new);
+        assert_eq!(done2["status"]["updateRevision"], 2, "{done2:#}");
+        let Verdict::Complete(msg) = t.set(&done2, Some(&class_obj(&new)), &mut out) else {
+            panic!("not complete: {out:?}")
+        };
+        assert!(msg.contains("revision 2"), "{msg}");
+        // The class put back as it was: revision 1 again, which the
+        // status does not name yet.
+        assert_eq!(
+            t.set(&done2, Some(&class_obj(&old)), &mut out),
+            Verdict::Waiting
+        );
+        // No class: nothing new to wait for.
+        assert!(matches!(
+            t.set(&done2, None, &mut out),
+            Verdict::Complete(_)
+        ));
+    }
+
+    #[test]
     fn a_failure_ends_it_and_says_why() {
         let mut t = Tracker::new("w");
         let mut out = Vec::new();
         let failed = json!({"rolloutState": "Failed", "updateRevision": 2,
             "currentBatch": batch(1, 1, &["m1"], true),
             "lastFailure": {"message": "batch 1 of revision 2 failed: m1: machine went to Error"}});
-        let Verdict::Failed(msg) = t.set(&set(1, 1, failed), &mut out) else {
+        let Verdict::Failed(msg) = t.set(&set(1, 1, failed), None, &mut out) else {
             panic!("not failed")
         };
         assert!(msg.contains("m1: machine went to Error"), "{msg}");

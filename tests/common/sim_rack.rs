@@ -379,6 +379,22 @@ impl Story {
         assert!(ok, "apply: {out}{err}");
     }
 
+    /// The class `name` edited in place: its image version set to `version`.
+    pub async fn edit_class(&self, name: &str, version: &str) {
+        let api = self.api.clone();
+        let path = format!("/apis/metalherd.dev/v1alpha1/namespaces/default/machineclasses/{name}");
+        let version = version.to_string();
+        tokio::task::spawn_blocking(move || {
+            let (code, mut c) = api.req("GET", &path, None);
+            assert_eq!(code, 200, "class: {c}");
+            c["spec"]["image"]["version"] = json!(version);
+            let (code, body) = api.req("PUT", &path, Some(&c));
+            assert!(code < 300, "class edit: {code} {body}");
+        })
+        .await
+        .unwrap()
+    }
+
     /// The value of one sample line of `/metrics` (0 when absent).
     pub async fn metric(&self, sample: &str) -> f64 {
         let api = self.api.clone();

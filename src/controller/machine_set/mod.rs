@@ -12,6 +12,7 @@ pub mod pin;
 pub mod plan;
 pub mod probe;
 pub mod reconcile;
+pub mod revision;
 pub mod start;
 
 pub use reconcile::MachineSetReconciler;

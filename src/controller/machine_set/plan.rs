@@ -43,8 +43,6 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use jiff::Timestamp;
-use serde::Serialize;
-use sha2::{Digest, Sha256};
 
 use crate::api::condition::set_condition;
 use crate::api::machine_set::{
@@ -52,9 +50,11 @@ use crate::api::machine_set::{
     RolloutFailure, RolloutState, SetRevision,
 };
 use crate::api::validate::{MaxUnavailable, parse_max_unavailable};
-use crate::api::{Condition, MachineClassSpec, MachineOverrides, MachinePhase};
+use crate::api::{Condition, MachineClassSpec, MachinePhase};
 use crate::store::Selector;
 
+pub use super::revision::snapshot_hash;
+use super::revision::{Target, target};
 pub use crate::api::machine_set::UNDO_ANNOTATION;
 /// A batch has this long to pass its gate when the set says nothing.
 pub const DEFAULT_PROGRESS_DEADLINE: Duration = Duration::from_secs(600);
@@ -131,29 +131,6 @@ pub enum Action {
 pub struct Plan {
     pub status: MachineSetStatus,
     pub actions: Vec<Action>,
-}
-
-#[derive(Serialize)]
-struct SnapshotInput<'a> {
-    class: &'a str,
-    spec: &'a MachineClassSpec,
-    overrides: &'a Option<MachineOverrides>,
-}
-
-/// Hash of what a revision installs (16 hex characters).
-pub fn snapshot_hash(
-    class: &str,
-    spec: &MachineClassSpec,
-    overrides: &Option<MachineOverrides>,
-) -> String {
-    let input = SnapshotInput {
-        class,
-        spec,
-        overrides,
-    };
-    // Plain data with string keys: serializing cannot fail.
-    let bytes = serde_json::to_vec(&input).unwrap_or_default();
-    hex::encode(&Sha256::digest(&bytes)[..8])
 }
 
 /// `maxUnavailable` resolved against `replicas` (default 1).
@@ -269,58 +246,52 @@ impl Planner<'_> {
     /// Find or make the update revision; `None` when there is nothing to
     /// install (class missing and no revision kept).
     fn revisions(&mut self) -> Option<i64> {
-        let set = self.i.set;
-        let template = &set.spec.template;
-        let undo = set
-            .metadata
-            .annotations
-            .as_ref()
-            .and_then(|a| a.get(UNDO_ANNOTATION))
-            .and_then(|v| v.parse::<i64>().ok())
-            .filter(|n| {
-                self.rev(*n).is_some_and(|r| {
-                    r.class_name == template.class_ref.name && r.overrides == template.overrides
-                })
-            });
-        let update = if let Some(n) = undo {
-            Some(n)
-        } else if let Some(spec) = self.i.class {
-            let name = &template.class_ref.name;
-            self.condition(cond::CLASS, true, "Found", format!("class {name}"));
-            let hash = snapshot_hash(name, spec, &template.overrides);
-            match self.st.revisions.iter().find(|r| r.hash == hash) {
-                Some(r) => Some(r.revision),
-                None => {
-                    let n = self
-                        .st
-                        .revisions
-                        .iter()
-                        .map(|r| r.revision)
-                        .max()
-                        .unwrap_or(0)
-                        + 1;
-                    self.st.revisions.push(SetRevision {
-                        revision: n,
-                        hash,
-                        class_name: name.clone(),
-                        class_spec: spec.clone(),
-                        overrides: template.overrides.clone(),
-                        created_at: self.i.now,
-                        passed: false,
-                        bad: false,
-                    });
-                    Some(n)
+        let template = &self.i.set.spec.template;
+        let update = match target(self.i.set, self.i.class) {
+            Target::Kept(n) => Some(n),
+            Target::Snapshot(hash) => {
+                let name = &template.class_ref.name;
+                self.condition(cond::CLASS, true, "Found", format!("class {name}"));
+                match (
+                    self.st.revisions.iter().find(|r| r.hash == hash),
+                    self.i.class,
+                ) {
+                    (Some(r), _) => Some(r.revision),
+                    (None, Some(spec)) => {
+                        let n = self
+                            .st
+                            .revisions
+                            .iter()
+                            .map(|r| r.revision)
+                            .max()
+                            .unwrap_or(0)
+                            + 1;
+                        self.st.revisions.push(SetRevision {
+                            revision: n,
+                            hash,
+                            class_name: name.clone(),
+                            class_spec: spec.clone(),
+                            overrides: template.overrides.clone(),
+                            created_at: self.i.now,
+                            passed: false,
+                            bad: false,
+                        });
+                        Some(n)
+                    }
+                    // A snapshot is only made of a class that exists.
+                    (None, None) => self.st.update_revision,
                 }
             }
-        } else {
-            let name = template.class_ref.name.clone();
-            self.condition(
-                cond::CLASS,
-                false,
-                "ClassMissing",
-                format!("MachineClass {name} does not exist"),
-            );
-            self.st.update_revision
+            Target::ClassMissing => {
+                let name = template.class_ref.name.clone();
+                self.condition(
+                    cond::CLASS,
+                    false,
+                    "ClassMissing",
+                    format!("MachineClass {name} does not exist"),
+                );
+                self.st.update_revision
+            }
         };
         if update != self.st.update_revision {
             // A new target: a new rollout. A batch in flight for another
@@ -584,4 +555,4 @@ mod batch;
 
 #[cfg(test)]
 #[path = "plan_tests.rs"]
-pub(super) mod tests;
+pub(crate) mod tests;
