@@ -15,8 +15,9 @@
 //! the Machine goes to Ready with no extra power action: as many as a
 //! Machine provisioned without a failover in the same run.
 //!
-//! Not covered yet: DHCP leases held by real clients through a failover
-//! (tests/dhcp_crash_safety.rs shows the new leader's ping check).
+//! `dhcp_clients_hold_their_leases_through_the_failover_without_a_collision`:
+//! busybox udhcpc clients on a bridge hold dynamic leases from the leader
+//! when it is killed; see its comment.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod common;
@@ -313,5 +314,166 @@ async fn a_provisioning_in_flight_survives_the_leader_failover() {
         "each server walked one network boot"
     );
     drop(replicas);
+    drop(api);
+}
+
+/// The leader is killed while real DHCP clients (busybox udhcpc, each in
+/// its own namespace on a bridge with the replicas' host) hold dynamic
+/// leases from it and use them. The new leader's lease table is its own
+/// data directory's, empty of them. A client that arrives after the
+/// failover asks for an address: the pool has one address per client, so
+/// the new leader can give it the free one only by finding, with its ping
+/// check, the ones still in use. The holders then renew (or rebind) the
+/// addresses the old leader gave them and keep them: in its ping-check
+/// window the new leader takes back a renewal of an address no lease of
+/// its own holds. No address is held by two clients at any moment
+/// (replayed from the clients' own event logs).
+#[test]
+fn dhcp_clients_hold_their_leases_through_the_failover_without_a_collision() {
+    use common::dhcp_clients::{UdhcpcDaemon, shared_addresses};
+    use std::sync::Arc;
+
+    let mut lan = common::lan::Lan::new(&[Some("10.68.0.1/24"), None, None, None, None]);
+    let srv = lan.hosts.remove(0);
+    let ns = Arc::new(srv.ns);
+    let tmp = tempfile::tempdir().unwrap();
+    // The stand-in API server and both replicas on the replicas' host.
+    let api = Server::start_in_netns(Some("controller:\n  enabled: false\n"), ns.clone(), &[]);
+    let out = api.cli(&["kubeconfig"]);
+    let (kubeconfig, err) = text(&out);
+    assert!(out.status.success(), "metalherd kubeconfig: {err}");
+    let kc = tmp.path().join("kubeconfig");
+    std::fs::write(&kc, kubeconfig).unwrap();
+    let kc = kc.to_str().unwrap();
+    // Four addresses for four clients; a 16 s lease renews at 8 s.
+    let config = format!(
+        "dhcp:\n  interface: {}\n  discovery: {{enabled: true, record: false, leaseTime: 16}}\n  subnets:\n  - subnet: 10.68.0.0/24\n    ranges: [{{start: 10.68.0.100, end: 10.68.0.103}}]\n",
+        srv.iface
+    );
+    let start = |ns: &Arc<common::netns::Netns>| {
+        Server::start_in_netns(
+            Some(&config),
+            ns.clone(),
+            &[
+                "--store",
+                "kubernetes",
+                "--kubeconfig",
+                kc,
+                "--leader-lease-duration",
+                "3s",
+                "--leader-renew-deadline",
+                "2s",
+                "--leader-retry-period",
+                "500ms",
+            ],
+        )
+    };
+    let mut first = start(&ns);
+    wait_for(Duration::from_secs(30), || {
+        first.log().contains("dhcp server bound").then_some(())
+    })
+    .unwrap_or_else(|| panic!("the first replica did not lead:\n{}", first.log()));
+    let second = start(&ns);
+    assert!(!second.log().contains(LEADING), "{}", second.log());
+
+    let holders: Vec<UdhcpcDaemon> = (1..=3)
+        .map(|i| {
+            let h = &lan.hosts[i - 1];
+            UdhcpcDaemon::start(&format!("holder{i}"), &h.ns.name, &h.iface, tmp.path(), &[])
+        })
+        .collect();
+    let held: Vec<_> = holders
+        .iter()
+        .map(|h| {
+            wait_for(Duration::from_secs(30), || h.address())
+                .unwrap_or_else(|| panic!("{} got no lease:\n{}", h.name, first.log()))
+        })
+        .collect();
+    let mut distinct = held.clone();
+    distinct.sort();
+    distinct.dedup();
+    assert_eq!(distinct.len(), 3, "{held:?}");
+
+    let leader = holder(&api).expect("a Lease holder");
+    assert_eq!(identity_pid(&leader), first.guard.pid());
+    first.guard.kill9();
+    let killed = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64();
+    wait_for(Duration::from_secs(60), || {
+        let l = second.log();
+        (l.contains(LEADING) && l.contains("dhcp server bound")).then_some(())
+    })
+    .unwrap_or_else(|| panic!("the standby did not take over:\n{}", second.log()));
+
+    // A client that comes after the failover, while the holders still use
+    // their addresses, and asks for one of them (udhcpc -r): the new
+    // leader has no lease of it, pings it, and offers another.
+    let h = &lan.hosts[3];
+    let wanted = held[0].to_string();
+    let newcomer = UdhcpcDaemon::start(
+        "newcomer",
+        &h.ns.name,
+        &h.iface,
+        tmp.path(),
+        &["-r", &wanted],
+    );
+    let got = wait_for(Duration::from_secs(60), || newcomer.address())
+        .unwrap_or_else(|| panic!("the newcomer got no lease:\n{}", second.log()));
+    assert!(
+        !held.contains(&got),
+        "the newcomer got {got}, in use: {held:?}"
+    );
+
+    // Every holder went back to the server after the failover (a renewal
+    // at T1) and holds an address again.
+    for h in &holders {
+        wait_for(Duration::from_secs(60), || {
+            let back = h
+                .events()
+                .iter()
+                .any(|(t, ev, _)| *t > killed && (ev == "bound" || ev == "renew"));
+            (back && h.address().is_some()).then_some(())
+        })
+        .unwrap_or_else(|| {
+            panic!(
+                "{} holds no lease after the failover: {:?}\n{}",
+                h.name,
+                h.events(),
+                second.log()
+            )
+        });
+    }
+    let all: Vec<&UdhcpcDaemon> = holders.iter().chain([&newcomer]).collect();
+    let shared = shared_addresses(&all);
+    assert!(
+        shared.is_empty(),
+        "addresses held by two clients at once: {shared:?}"
+    );
+    let kept: Vec<_> = holders.iter().map(|h| h.address()).collect();
+    assert_eq!(
+        kept,
+        held.iter().map(|a| Some(*a)).collect::<Vec<_>>(),
+        "the holders keep their addresses through the failover"
+    );
+    assert!(
+        second
+            .log()
+            .contains("answered a ping: quarantined, not offered"),
+        "{}",
+        second.log()
+    );
+    let mut now: Vec<_> = all.iter().filter_map(|c| c.address()).collect();
+    now.sort();
+    now.dedup();
+    assert_eq!(now.len(), 4, "every client holds its own address: {now:?}");
+    for c in &all {
+        eprintln!("{}: {:?}", c.name, c.events());
+    }
+    drop(all);
+    drop(holders);
+    drop(newcomer);
+    drop(second);
     drop(api);
 }

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use dhcproto::v4::{DhcpOption, Message, MessageType};
 
 use super::config::{DhcpMode, DhcpSettings, Subnet};
-use super::lease::{ClientKey, LeaseState, LeaseTable, LeaseWrite};
+use super::lease::{ClientKey, LeaseTable, LeaseWrite};
 use super::options::{self, ClientKind};
 use super::packet::{DropReason, Request};
 use crate::api::BootStep;
@@ -528,7 +528,11 @@ fn request(c: &Ctx, subnet: &Subnet, leases: &mut LeaseTable) -> Result<Outcome,
         .ok_or(DropReason::NoLease)?;
     let ok = match reservation(c, subnet) {
         Some(r) => ip == r && leases.is_free_for(ip, &c.client, &c.req.mac, c.now),
-        None => subnet.in_pool(ip) && own_lease(c, ip, leases) && usable(c, ip, leases),
+        None => {
+            subnet.in_pool(ip)
+                && ((renew::own_lease(c, ip, leases) && usable(c, ip, leases))
+                    || renew::adopt(c, ip, leases))
+        }
     };
     if !ok {
         return nak(c);
@@ -543,18 +547,6 @@ fn request(c: &Ctx, subnet: &Subnet, leases: &mut LeaseTable) -> Result<Outcome,
         writes,
         ..Outcome::default()
     })
-}
-
-/// Whether `ip` is this client's own: offered to it by this server, or its
-/// existing lease (INIT-REBOOT, RENEWING, REBINDING). A REQUEST for any
-/// other address, even a free one it was never offered, is refused, so a
-/// client cannot steer the server onto an address of its choosing; a
-/// renewing client whose lease is unknown gets a NAK and starts again with
-/// DISCOVER (RFC 2131 4.3.2).
-fn own_lease(c: &Ctx, ip: Ipv4Addr, leases: &LeaseTable) -> bool {
-    leases
-        .get(ip)
-        .is_some_and(|l| l.belongs_to(&c.client, &c.req.mac) && l.state != LeaseState::Declined)
 }
 
 fn inform(c: &Ctx, subnet: &Subnet) -> Result<Outcome, DropReason> {
@@ -572,6 +564,7 @@ use proxy::proxy;
 
 /// DECLINE and RELEASE: a client giving an address back.
 mod give_back;
+mod renew;
 use give_back::{decline, release};
 
 #[cfg(test)]

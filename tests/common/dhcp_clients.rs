@@ -359,3 +359,109 @@ pub fn boot_file(m: &Message) -> Option<String> {
             .filter(|f| !f.is_empty()),
     }
 }
+
+/// A busybox udhcpc that keeps running in `ns` on `iface` as a host's DHCP
+/// client does: it puts the address it is given on the interface (so it
+/// answers pings), renews at T1, rebinds, and drops the address on a NAK.
+/// Its script appends one line per event to `events`:
+/// `SECONDS EVENT [IP SERVER]`. Killed (by its PID) on drop.
+pub struct UdhcpcDaemon {
+    pub name: String,
+    pub events: std::path::PathBuf,
+    _guard: super::proc::ChildGuard,
+}
+
+impl UdhcpcDaemon {
+    pub fn start(name: &str, ns: &str, iface: &str, dir: &Path, extra: &[&str]) -> UdhcpcDaemon {
+        let udhcpc = super::require_tool("udhcpc");
+        let script = dir.join(format!("{name}.sh"));
+        let events = dir.join(format!("{name}.events"));
+        std::fs::write(
+            &script,
+            format!(
+                "#!/bin/sh\n\
+                 now=$(date +%s.%N)\n\
+                 case \"$1\" in\n\
+                 deconfig) ip addr flush dev \"$interface\"; echo \"$now deconfig\" >> {ev} ;;\n\
+                 bound|renew) ip addr flush dev \"$interface\"; ip addr add \"$ip/${{mask:-24}}\" dev \"$interface\"; echo \"$now $1 $ip $serverid\" >> {ev} ;;\n\
+                 *) echo \"$now $1\" >> {ev} ;;\n\
+                 esac\n\
+                 exit 0\n",
+                ev = events.display()
+            ),
+        )
+        .unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let mut cmd = std::process::Command::new("ip");
+        cmd.args(["netns", "exec", ns])
+            .arg(&udhcpc)
+            .args(["-f", "-t", "3", "-T", "1", "-A", "1", "-i", iface, "-s"])
+            .arg(&script)
+            .args(extra);
+        let guard =
+            super::proc::ChildGuard::spawn(name, &mut cmd, &dir.join(format!("{name}.log")));
+        UdhcpcDaemon {
+            name: name.to_string(),
+            events,
+            _guard: guard,
+        }
+    }
+
+    /// Every event so far: (seconds since the epoch, event, address).
+    pub fn events(&self) -> Vec<(f64, String, Option<Ipv4Addr>)> {
+        std::fs::read_to_string(&self.events)
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| {
+                let mut f = l.split_whitespace();
+                let t = f.next()?.parse().ok()?;
+                let ev = f.next()?.to_string();
+                Some((t, ev, f.next().and_then(|a| a.parse().ok())))
+            })
+            .collect()
+    }
+
+    /// The address of the last `bound` or `renew`, unless a later event
+    /// took it away.
+    pub fn address(&self) -> Option<Ipv4Addr> {
+        let mut held = None;
+        for (_, ev, ip) in self.events() {
+            match ev.as_str() {
+                "bound" | "renew" => held = ip,
+                "deconfig" | "nak" | "leasefail" => held = None,
+                _ => {}
+            }
+        }
+        held
+    }
+}
+
+/// Replays the events of every client in time order and returns each
+/// moment two of them held the same address: (time, address, clients).
+pub fn shared_addresses(clients: &[&UdhcpcDaemon]) -> Vec<(f64, Ipv4Addr, Vec<String>)> {
+    let mut all: Vec<(f64, usize, String, Option<Ipv4Addr>)> = Vec::new();
+    for (i, c) in clients.iter().enumerate() {
+        all.extend(c.events().into_iter().map(|(t, e, ip)| (t, i, e, ip)));
+    }
+    all.sort_by(|a, b| a.0.total_cmp(&b.0));
+    let mut held: Vec<Option<Ipv4Addr>> = vec![None; clients.len()];
+    let mut out = Vec::new();
+    for (t, i, ev, ip) in all {
+        match ev.as_str() {
+            "bound" | "renew" => held[i] = ip,
+            "deconfig" | "nak" | "leasefail" => held[i] = None,
+            _ => {}
+        }
+        if let Some(a) = held[i] {
+            let with: Vec<String> = (0..clients.len())
+                .filter(|j| held[*j] == Some(a))
+                .map(|j| clients[j].name.clone())
+                .collect();
+            if with.len() > 1 {
+                out.push((t, a, with));
+            }
+        }
+    }
+    out
+}

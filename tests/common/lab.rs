@@ -247,6 +247,16 @@ impl Lab {
     /// Write the lab's class and one Machine per VM (lib.sh's manifests),
     /// with `env` overriding the class's versions, and apply them.
     pub fn declare(&self, env: &[(&str, &str)]) {
+        self.write_manifests(env);
+        let r = self.run.display();
+        self.cli_ok(&["apply", "-f", &format!("{r}/class.yaml")]);
+        self.cli_ok(&["apply", "-f", &format!("{r}/machines.yaml")]);
+    }
+
+    /// Write `class.yaml` (the join Secret and the classes) and
+    /// `machines.yaml` (one Machine and BMC Secret per VM) into the run
+    /// directory, with `env` overriding the class's versions; apply nothing.
+    pub fn write_manifests(&self, env: &[(&str, &str)]) {
         let r = self.run.display();
         let mut script = String::new();
         for (k, v) in env {
@@ -257,24 +267,14 @@ impl Lab {
             self.uuids.join(" ")
         ));
         lab_sh(&script);
-        self.cli_ok(&["apply", "-f", &format!("{r}/class.yaml")]);
-        self.cli_ok(&["apply", "-f", &format!("{r}/machines.yaml")]);
     }
 
     /// The lab's classes and one Machine per VM with no class: each stops
     /// at Available, a pool for a MachineSet to claim (its selector:
     /// `rack: lab`).
     pub fn declare_pool(&self, env: &[(&str, &str)]) {
+        self.write_manifests(env);
         let r = self.run.display();
-        let mut script = String::new();
-        for (k, v) in env {
-            script.push_str(&format!("export {k}='{v}'; "));
-        }
-        script.push_str(&format!(
-            "lab_manifests '{r}' '{r}/vmlinuz' '{r}/test-os.cpio.gz' {}",
-            self.uuids.join(" ")
-        ));
-        lab_sh(&script);
         let machines = self.run.join("machines.yaml");
         let pool: String = std::fs::read_to_string(&machines)
             .expect("machines.yaml")

@@ -4,6 +4,7 @@
 
 use std::path::PathBuf;
 use std::process::{Command, Output};
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::Value;
@@ -25,7 +26,7 @@ pub struct Server {
     /// CLI and curl run in, so whatever the controllers try to reach (BMCs
     /// named in test manifests) stays inside it. Dropped last: removing it
     /// kills whatever still runs inside.
-    pub ns: Option<Netns>,
+    pub ns: Option<Arc<Netns>>,
     /// Flags added to `serve`, on every start.
     pub args: Vec<String>,
 }
@@ -52,10 +53,17 @@ impl Server {
     /// Start in a fresh network namespace with only loopback: for tests whose
     /// manifests name BMCs nobody runs (API and CLI stories).
     pub fn start_isolated() -> Server {
-        Server::start_in(None, Some(Netns::new("mhapi")), Vec::new())
+        Server::start_in(None, Some(Arc::new(Netns::new("mhapi"))), Vec::new())
     }
 
-    fn start_in(yaml: Option<&str>, ns: Option<Netns>, args: Vec<String>) -> Server {
+    /// Start in a namespace the test made (a host of a `Lan`), shared with
+    /// other servers and clients there, with a config file holding `yaml`
+    /// and these extra `serve` flags.
+    pub fn start_in_netns(yaml: Option<&str>, ns: Arc<Netns>, args: &[&str]) -> Server {
+        Server::start_in(yaml, Some(ns), args.iter().map(|a| a.to_string()).collect())
+    }
+
+    fn start_in(yaml: Option<&str>, ns: Option<Arc<Netns>>, args: Vec<String>) -> Server {
         super::require_tool("curl");
         let dir = tempfile::tempdir().expect("tempdir");
         let data_dir = dir.path().join("data");
@@ -63,7 +71,7 @@ impl Server {
             std::fs::write(dir.path().join("config.yaml"), y).expect("config file");
         }
         let addr = format!("127.0.0.1:{}", free_port());
-        let guard = Server::spawn(ns.as_ref(), dir.path(), &data_dir, &addr, &args, 0);
+        let guard = Server::spawn(ns.as_deref(), dir.path(), &data_dir, &addr, &args, 0);
         let url = format!("https://{addr}");
         let mut s = Server {
             guard,
@@ -138,7 +146,7 @@ impl Server {
         self.guard.kill9();
         between(&self.data_dir);
         self.guard = Server::spawn(
-            self.ns.as_ref(),
+            self.ns.as_deref(),
             self.dir.path(),
             &self.data_dir,
             &self.addr,
@@ -152,7 +160,7 @@ impl Server {
     /// The logs of every start, oldest first.
     /// A command that runs where the server runs (its namespace, if any).
     pub fn command(&self, program: &str) -> Command {
-        in_ns(self.ns.as_ref(), program)
+        in_ns(self.ns.as_deref(), program)
     }
 
     /// curl, where the server runs, trusting the data directory's CA (the

@@ -3,6 +3,7 @@
 //! answered ping does.
 
 use super::*;
+use crate::dhcp::lease::LeaseState;
 
 #[test]
 fn only_dynamic_offers_of_unknown_addresses_are_pinged_and_only_in_the_window() {
@@ -64,4 +65,99 @@ fn an_address_that_answers_is_quarantined_and_the_next_discover_gets_another() {
             assert_ne!(decode(r).yiaddr(), probe.ip);
         }
     }
+}
+
+/// In the window, a client renewing an address the previous server leased
+/// it (this table has no record, or only the quarantine its own ping answer
+/// made) keeps it; a renewal of an address leased here to another client,
+/// a reserved one, or one outside the window is refused.
+#[test]
+fn in_the_window_a_renewal_of_a_predecessors_lease_keeps_the_address() {
+    let mut p = policy("discovery: {enabled: true}\n");
+    let msg = |out: &Outcome| decode(out.reply.as_ref().unwrap()).opts().msg_type();
+    let renew = |mac, ip: [u8; 4]| {
+        let mut b = pxe(mac, 3, &[]);
+        b[12..16].copy_from_slice(&ip);
+        b
+    };
+    let held = Ipv4Addr::new(10, 0, 0, 102);
+    // Outside the window (no ping checks, or after them): NAK.
+    let mut l = LeaseTable::new();
+    let out = p.handle(
+        &renew(STRANGER, held.octets()),
+        Via::Port67,
+        &fake(),
+        &mut l,
+        100,
+    );
+    assert_eq!(msg(&out), Some(MessageType::Nak));
+    p.probe_until = 1000;
+    let out = p.handle(
+        &renew(STRANGER, held.octets()),
+        Via::Port67,
+        &fake(),
+        &mut l,
+        1000,
+    );
+    assert_eq!(msg(&out), Some(MessageType::Nak));
+    assert!(l.is_empty());
+
+    // In it: ACKed and bound to the renewing client.
+    let out = p.handle(
+        &renew(STRANGER, held.octets()),
+        Via::Port67,
+        &fake(),
+        &mut l,
+        100,
+    );
+    assert_eq!(msg(&out), Some(MessageType::Ack));
+    assert_eq!(decode(out.reply.as_ref().unwrap()).yiaddr(), held);
+    assert!(
+        l.get(held)
+            .is_some_and(|x| x.mac == STRANGER && x.state == LeaseState::Bound)
+    );
+    assert!(!out.writes.is_empty(), "the adopted lease is persisted");
+    // Another client renewing the same address: NAK, the lease stays.
+    let other = [2, 0, 0, 0, 9, 9];
+    let out = p.handle(
+        &renew(other, held.octets()),
+        Via::Port67,
+        &fake(),
+        &mut l,
+        101,
+    );
+    assert_eq!(msg(&out), Some(MessageType::Nak));
+    assert!(l.get(held).is_some_and(|x| x.mac == STRANGER));
+
+    // An address quarantined because it answered a ping (offered to a
+    // newcomer) goes back to the client using it when that one renews.
+    let mut l = LeaseTable::new();
+    let out = p.handle(&pxe(other, 1, &[]), Via::Port67, &fake(), &mut l, 100);
+    let probe = out.probe.unwrap();
+    p.address_in_use(&probe, &mut l, 100);
+    let out = p.handle(
+        &renew(STRANGER, probe.ip.octets()),
+        Via::Port67,
+        &fake(),
+        &mut l,
+        101,
+    );
+    assert_eq!(msg(&out), Some(MessageType::Ack));
+    assert!(
+        l.get(probe.ip)
+            .is_some_and(|x| x.mac == STRANGER && x.state == LeaseState::Bound)
+    );
+
+    // A declared Machine's reserved address is never adopted by a stranger.
+    let mut l = LeaseTable::new();
+    let reserved = fake().by_mac(&KNOWN).unwrap().address.unwrap().addr();
+    let out = p.handle(
+        &renew(STRANGER, reserved.octets()),
+        Via::Port67,
+        &fake(),
+        &mut l,
+        100,
+    );
+    assert_eq!(msg(&out), Some(MessageType::Nak));
+    assert!(l.is_empty());
 }

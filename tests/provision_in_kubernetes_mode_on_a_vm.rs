@@ -1,0 +1,248 @@
+//! Story: provision a server in Kubernetes mode on the virtual rack, and a
+//! boot after a leader failover reaches the new leader.
+//!
+//! The lab's rack (tests/common/lab.rs: a UEFI QEMU VM on the rack's
+//! bridge, sushy-tools' libvirt driver as its BMC). The lab's own
+//! `metalherd serve` becomes the stand-in API server (its controller and
+//! boot services off), holding the objects as a cluster's kube-apiserver
+//! would. Two replicas run `serve --store kubernetes` against it on the
+//! rack's network, each with its own address on the bridge (10.89.0.1 and
+//! 10.89.0.2), as two nodes with hostNetwork would: the boot services answer
+//! on the leader's own address (README, "Replicas and leader election").
+//!
+//! The first replica takes the Lease and is then killed with SIGKILL; the
+//! second takes over. The Machine is applied with kubectl after that: the
+//! VM's firmware and iPXE get the new leader's DHCP answers, fetch their
+//! script, kernel, initrd and Ignition config from its address, the
+//! installed OS calls home there, and the Machine goes to Ready in the
+//! stand-in; every power action the emulator counts came from the new
+//! leader.
+//! Runs QEMU: take /tmp/metalherd-lab.lock around `cargo test`.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod common;
+
+use std::path::Path;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use common::lab::{LAB_LOCK, Lab};
+use common::proc::{ChildGuard, wait_for};
+use serde_json::Value;
+
+const LEADING: &str = "leading: starting the boot services and controllers";
+
+/// A replica in Kubernetes mode in the rack's namespace: its own data
+/// directory, API port and config file.
+fn replica(lab: &Lab, name: &str, config: &Path, port: u16) -> ChildGuard {
+    let mut cmd = Command::new("ip");
+    cmd.args(["netns", "exec", &lab.ns])
+        .arg(common::metalherd_bin())
+        .arg("--data-dir")
+        .arg(lab.run.join(format!("data-{name}")))
+        .args(["serve", "--listen", &format!("127.0.0.1:{port}")])
+        .arg("--config")
+        .arg(config)
+        .arg("--store")
+        .arg("kubernetes")
+        .arg("--kubeconfig")
+        .arg(lab.run.join("kubeconfig"))
+        .args([
+            "--leader-lease-duration",
+            "3s",
+            "--leader-renew-deadline",
+            "2s",
+            "--leader-retry-period",
+            "500ms",
+        ])
+        .env("METALHERD_LOG", "info");
+    ChildGuard::spawn(
+        &format!("metalherd replica {name}"),
+        &mut cmd,
+        &lab.run.join(format!("replica-{name}.log")),
+    )
+}
+
+fn log(lab: &Lab, name: &str) -> String {
+    std::fs::read_to_string(lab.run.join(format!("replica-{name}.log"))).unwrap_or_default()
+}
+
+fn holder(lab: &Lab) -> Option<String> {
+    let lease: Value = serde_json::from_str(
+        &lab.api_get("/apis/coordination.k8s.io/v1/namespaces/default/leases/metalherd"),
+    )
+    .ok()?;
+    lease["spec"]["holderIdentity"]
+        .as_str()
+        .filter(|h| !h.is_empty())
+        .map(str::to_string)
+}
+
+/// The lab's config with every address of the boot services moved from
+/// 10.89.0.1 to `addr` (the pool 10.89.0.100-150 stays).
+fn config_on(lab_config: &str, addr: &str) -> String {
+    lab_config
+        .replace("10.89.0.1:", &format!("{addr}:"))
+        .replace("10.89.0.1\n", &format!("{addr}\n"))
+        .replace("10.89.0.1]", &format!("{addr}]"))
+}
+
+#[test]
+fn provision_in_kubernetes_mode() {
+    let _guard = LAB_LOCK.lock().unwrap_or_else(|e| e.into_inner());
+    let mut lab = Lab::up(1);
+    let run = lab.run.clone();
+
+    // The rack's config (boot services on 10.89.0.1) is replica a's;
+    // replica b's is the same on 10.89.0.2, a second address on the bridge.
+    let lab_config = std::fs::read_to_string(run.join("config.yaml")).unwrap();
+    let (config_a, config_b) = (run.join("replica-a.yaml"), run.join("replica-b.yaml"));
+    std::fs::write(&config_a, &lab_config).unwrap();
+    let on_b = config_on(&lab_config, "10.89.0.2");
+    assert!(
+        on_b.contains("serverAddress: 10.89.0.2\n") && on_b.contains("10.89.0.100"),
+        "{on_b}"
+    );
+    std::fs::write(&config_b, on_b).unwrap();
+    let ip = Command::new("ip")
+        .args([
+            "netns",
+            "exec",
+            &lab.ns,
+            "ip",
+            "addr",
+            "add",
+            "10.89.0.2/24",
+        ])
+        .args(["dev", "br0"])
+        .status()
+        .unwrap();
+    assert!(ip.success());
+
+    // The lab's server becomes the stand-in API server: same data
+    // directory and address (the lab's CLI helpers keep working), no
+    // controller, no boot services.
+    lab.kill_metalherd();
+    std::fs::write(run.join("config.yaml"), "controller:\n  enabled: false\n").unwrap();
+    lab.start_metalherd();
+    std::fs::write(run.join("kubeconfig"), lab.cli_ok(&["kubeconfig"])).unwrap();
+
+    let mut a = replica(&lab, "a", &config_a, common::free_port());
+    wait_for(Duration::from_secs(60), || {
+        log(&lab, "a").contains(LEADING).then_some(())
+    })
+    .unwrap_or_else(|| panic!("replica a did not lead:\n{}", log(&lab, "a")));
+    let first = holder(&lab).expect("a Lease holder");
+    let b_port = common::free_port();
+    let mut b = replica(&lab, "b", &config_b, b_port);
+    // b answers its API (a standby serves the API and /healthz) and does
+    // not lead.
+    let ca = run.join("data-b/ca.crt");
+    wait_for(Duration::from_secs(60), || {
+        Command::new("ip")
+            .args(["netns", "exec", &lab.ns, "curl", "-fs", "--cacert"])
+            .arg(&ca)
+            .arg(format!("https://127.0.0.1:{b_port}/healthz"))
+            .output()
+            .ok()
+            .filter(|o| o.status.success())
+    })
+    .unwrap_or_else(|| panic!("replica b did not come up:\n{}", log(&lab, "b")));
+    assert!(!log(&lab, "b").contains(LEADING), "{}", log(&lab, "b"));
+
+    // The leader dies; the standby takes the Lease and starts the boot
+    // services on its own address.
+    a.kill9();
+    let killed = Instant::now();
+    let second = wait_for(Duration::from_secs(60), || {
+        holder(&lab).filter(|h| *h != first)
+    })
+    .unwrap_or_else(|| panic!("replica b did not take over:\n{}", log(&lab, "b")));
+    assert!(second.ends_with(&format!("-{}", b.pid())), "{second}");
+    wait_for(Duration::from_secs(60), || {
+        let l = log(&lab, "b");
+        (l.contains(LEADING) && l.contains("dhcp server bound")).then_some(())
+    })
+    .unwrap_or_else(|| {
+        panic!(
+            "replica b did not start its boot services:\n{}",
+            log(&lab, "b")
+        )
+    });
+    eprintln!(
+        "lab: replica b leads {:?} after the SIGKILL",
+        killed.elapsed()
+    );
+
+    // The user applies the join Secret, the classes, the BMC Secret and the
+    // Machine with kubectl, as to a cluster.
+    lab.write_manifests(&[]);
+    let kubectl = |args: &[&str]| {
+        let out = Command::new("ip")
+            .args(["netns", "exec", &lab.ns])
+            .arg(common::require_tool("kubectl"))
+            .env("KUBECONFIG", run.join("kubeconfig"))
+            .env("HOME", &run)
+            .args(args)
+            .output()
+            .unwrap();
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stdout).to_string(),
+            String::from_utf8_lossy(&out.stderr).to_string(),
+        )
+    };
+    for f in ["class.yaml", "machines.yaml"] {
+        let (ok, out, err) = kubectl(&["apply", "-f", &run.join(f).to_string_lossy()]);
+        assert!(ok, "kubectl apply -f {f}: {out}{err}");
+    }
+
+    let mut seen = Vec::new();
+    let waited = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        lab.wait_phase("vm1", "Ready", Duration::from_secs(600), &mut seen)
+    }));
+    if waited.is_err() {
+        panic!(
+            "vm1 not Ready through the new leader; its log (tail):\n{}",
+            tail(&log(&lab, "b"), 6000)
+        );
+    }
+    eprintln!("lab: phases {seen:?}");
+
+    // Everything the VM fetched came from the new leader's address.
+    let console = lab.console(1);
+    assert!(
+        console.contains("10.89.0.2"),
+        "the VM's console names the new leader's address:\n{}",
+        tail(&console, 4000)
+    );
+    assert!(
+        !console.contains("http://10.89.0.1:"),
+        "the VM fetched from the dead leader:\n{}",
+        tail(&console, 4000)
+    );
+    let m = lab.machine("vm1").unwrap();
+    assert_eq!(m["status"]["phase"], "Ready");
+    let (ok, out, err) = kubectl(&["get", "machine", "vm1", "-o", "jsonpath={.status.phase}"]);
+    assert!(ok, "kubectl get: {err}");
+    assert_eq!(out, "Ready");
+    // Every power action the emulator received came from the new leader;
+    // the dead one never acted on the Machine.
+    let by_b = log(&lab, "b").matches("redfish reset").count();
+    assert!(by_b >= 1, "{}", log(&lab, "b"));
+    assert_eq!(lab.reset_calls(), by_b, "power actions at the emulator");
+    assert!(
+        !log(&lab, "a").contains("redfish reset"),
+        "{}",
+        log(&lab, "a")
+    );
+    b.kill9();
+}
+
+fn tail(s: &str, n: usize) -> &str {
+    let mut i = s.len().saturating_sub(n);
+    while !s.is_char_boundary(i) {
+        i += 1;
+    }
+    &s[i..]
+}
