@@ -11,12 +11,15 @@
 //! (default `50,500`) choose the runs. `METALHERD_BENCH_ROLL=MAX_UNAVAILABLE`
 //! instead declares the Machines unclassed and a MachineSet that claims
 //! them all, then rolls a class change through it (see [`rollout`]);
-//! `METALHERD_BENCH_REIMAGE_S` is how long each simulated install takes. Run with:
+//! `METALHERD_BENCH_REIMAGE_S` is how long each simulated install takes.
+//! `METALHERD_BENCH_STORE=kubernetes` runs the store in Kubernetes mode
+//! against a stand-in API server (see [`kube`]). Run with:
 //! `cargo run --example bench_controller` (BENCHMARKS.md has the runs).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 #[path = "../../tests/common/mod.rs"]
 mod common;
+mod kube;
 mod rollout;
 
 use std::collections::HashMap;
@@ -263,7 +266,14 @@ fn peak_rss_kib() -> u64 {
 
 async fn run(n: usize, limit: usize, roll: Option<usize>) {
     let dir = tempfile::tempdir().unwrap();
-    let store: Arc<dyn Store> = Arc::new(EmbeddedStore::open(&dir.path().join("s.redb")).unwrap());
+    let (store, stand_in): (Arc<dyn Store>, _) = if kube::wanted() {
+        let (s, api) = kube::start(dir.path()).await;
+        (s, Some(api))
+    } else {
+        let s = Arc::new(EmbeddedStore::open(&dir.path().join("s.redb")).unwrap());
+        (s, None)
+    };
+    let requests_before = stand_in.as_ref().map(|s| s.requests()).unwrap_or_default();
     let cancel = CancellationToken::new();
     // Boot HTTP, as serve starts it.
     let assets = dir.path().join("assets");
@@ -495,7 +505,11 @@ async fn run(n: usize, limit: usize, roll: Option<usize>) {
         return;
     }
     cancel.cancel();
-    // The embedded backend's resourceVersion counts its writes.
+    if let Some(api) = &stand_in {
+        api.report(&requests_before, n);
+    }
+    // The embedded backend's resourceVersion counts its writes (the
+    // stand-in's, in Kubernetes mode).
     let writes: u64 = store
         .list(metalherd::api::Kind::Machine, &ListOptions::default())
         .await

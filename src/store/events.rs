@@ -59,6 +59,40 @@ pub async fn record(
     let digest = hex::encode(&h.finalize()[..6]);
     let name = format!("{}.{}", about.name, digest);
     let now = Timestamp::now();
+    let fresh = || Event {
+        api_version: "v1".into(),
+        kind: "Event".into(),
+        metadata: ObjectMeta {
+            name: Some(name.clone()),
+            namespace: Some(about.namespace.clone()),
+            ..Default::default()
+        },
+        involved_object: InvolvedObject {
+            api_version: about.kind.api_version().into(),
+            kind: about.kind.as_str().into(),
+            namespace: about.namespace.clone(),
+            name: about.name.clone(),
+            uid: about.uid.clone(),
+        },
+        type_: type_.as_str().into(),
+        reason: reason.into(),
+        message: message.into(),
+        count: 1,
+        first_timestamp: Some(now),
+        last_timestamp: Some(now),
+        source: Some(EventSource {
+            component: "metalherd".into(),
+        }),
+    };
+    // Most events are the first of their (object, reason): create it in
+    // one call (in Kubernetes mode each call is an API request), and fold
+    // into the existing one only when the name is taken.
+    let first = serde_json::to_value(fresh()).map_err(|e| StoreError::Malformed(e.to_string()))?;
+    match store.create(Kind::Event, first).await {
+        Ok(_) => return Ok(()),
+        Err(StoreError::AlreadyExists { .. }) => {}
+        Err(e) => return Err(e),
+    }
     modify_obj::<Event>(
         store,
         &about.namespace,
@@ -73,31 +107,7 @@ pub async fn record(
                     ev.type_ = type_.as_str().into();
                     ev
                 }
-                None => Event {
-                    api_version: "v1".into(),
-                    kind: "Event".into(),
-                    metadata: ObjectMeta {
-                        name: Some(name.clone()),
-                        namespace: Some(about.namespace.clone()),
-                        ..Default::default()
-                    },
-                    involved_object: InvolvedObject {
-                        api_version: about.kind.api_version().into(),
-                        kind: about.kind.as_str().into(),
-                        namespace: about.namespace.clone(),
-                        name: about.name.clone(),
-                        uid: about.uid.clone(),
-                    },
-                    type_: type_.as_str().into(),
-                    reason: reason.into(),
-                    message: message.into(),
-                    count: 1,
-                    first_timestamp: Some(now),
-                    last_timestamp: Some(now),
-                    source: Some(EventSource {
-                        component: "metalherd".into(),
-                    }),
-                },
+                None => fresh(),
             }))
         },
     )
