@@ -10,25 +10,36 @@
 //! rewrite the domain's boot order for good): hw-test must see the second
 //! PXE boot, say how the BMC's read-back compares with what happened, and
 //! name a BMC that reports Once but PXE-boots twice.
+//!
+//! Then the consequence, both ways, with a BMC no built-in quirk entry
+//! knows (sushy-tools disguised as "Acme" by the fault proxy; it reads the
+//! one-time override back as `Continuous`): hw-test names it and proposes
+//! the quirk entry; without that entry the Machine controller refuses to
+//! power the VM on and ends in Error, saying what the BMC read back and
+//! what to do; with the entry hw-test proposed in the config file the same
+//! Machine provisions to Ready, and `describe machine` shows the entry.
 //! Runs QEMU: take /tmp/metalherd-lab.lock around `cargo test`.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod common;
 
 use std::process::Command;
+use std::time::Duration;
 
 use common::bmc_proxy::{Fault, Rule};
-use common::lab::{LAB_LOCK, Lab, mac};
+use common::lab::{LAB_LOCK, Lab, boot_steps, mac};
 use common::ns_proxy::NsProxy;
 use common::vbmc::{self, Vbmc};
 use serde_json::Value;
 
-/// `metalherd hw-test` inside the rack's namespace, watching its bridge.
+/// `metalherd hw-test` inside the rack's namespace with power actions,
+/// watching its bridge for the VM's PXE boots unless `pxe` is false.
 fn hw_test(
     lab: &Lab,
     address: &str,
     user: &str,
     password: &str,
+    pxe: bool,
     extra: &[&str],
 ) -> (Value, String) {
     let pw = lab.run.join("hw-test-password");
@@ -39,7 +50,7 @@ fn hw_test(
         .args(["hw-test", "--address", address, "--username", user])
         .arg("--password-file")
         .arg(&pw)
-        .args(["--allow-power-actions", "--interface", "br0"])
+        .arg("--allow-power-actions")
         .args([
             "-o",
             "json",
@@ -48,7 +59,11 @@ fn hw_test(
             "--power-timeout",
             "120",
         ])
-        .args(["--pxe-timeout", "300"])
+        .args(if pxe {
+            &["--interface", "br0", "--pxe-timeout", "300"][..]
+        } else {
+            &[]
+        })
         .args(extra)
         .env_remove("METALHERD_CONFIG")
         .output()
@@ -88,7 +103,7 @@ fn a_vm_pxe_boots_once_per_override_and_hw_test_sees_whether_it_does_again() {
     // One VM, nothing declared: metalherd serve on the bridge answers it
     // nothing (an unknown client, discovery off), as a site's DHCP server
     // that does not PXE-boot unknown servers would.
-    let lab = Lab::up(1);
+    let mut lab = Lab::up(1);
     let vm_mac = mac(1);
 
     // Redfish: sushy-tools' libvirt driver. The boot MAC comes from the
@@ -97,7 +112,7 @@ fn a_vm_pxe_boots_once_per_override_and_hw_test_sees_whether_it_does_again() {
         "redfish+http://127.0.0.1:8000/redfish/v1/Systems/{}",
         lab.uuids[0]
     );
-    let (report, stderr) = hw_test(&lab, &address, "admin", "password", &[]);
+    let (report, stderr) = hw_test(&lab, &address, "admin", "password", true, &[]);
     assert_eq!(status(&report, "pxe-boot"), "pass", "{report:#}\n{stderr}");
     let first = detail(&report, "pxe-boot");
     assert!(first.contains(&vm_mac), "{first}");
@@ -146,7 +161,7 @@ fn a_vm_pxe_boots_once_per_override_and_hw_test_sees_whether_it_does_again() {
         "redfish+http://127.0.0.1:{}/redfish/v1/Systems/{}",
         proxy.port, lab.uuids[0]
     );
-    let (report, stderr) = hw_test(&lab, &address, "admin", "password", &[]);
+    let (report, stderr) = hw_test(&lab, &address, "admin", "password", true, &[]);
     assert_eq!(
         status(&report, "boot-override"),
         "pass",
@@ -187,6 +202,7 @@ fn a_vm_pxe_boots_once_per_override_and_hw_test_sees_whether_it_does_again() {
         &bmc.address(),
         vbmc::USER,
         vbmc::PASSWORD,
+        true,
         &["--boot-mac", &vm_mac],
     );
     assert_eq!(report["protocol"], "ipmi");
@@ -227,4 +243,121 @@ fn a_vm_pxe_boots_once_per_override_and_hw_test_sees_whether_it_does_again() {
         "{report:#}"
     );
     assert_eq!(report["proposedQuirk"]["protocol"], "ipmi", "{report:#}");
+    drop(bmc);
+
+    the_proposed_quirk_decides_whether_the_machine_provisions(&mut lab);
+}
+
+/// A BMC no built-in entry knows that keeps the one-time override as
+/// `Continuous`: hw-test proposes the entry; without it the Machine ends
+/// in Error before any power-on, with it (taken from hw-test's report) the
+/// same Machine provisions to Ready.
+fn the_proposed_quirk_decides_whether_the_machine_provisions(lab: &mut Lab) {
+    // sushy-tools as "Acme": what it reads back is the truth (Continuous),
+    // only the vendor is unknown. One proxy for hw-test and metalherd.
+    let proxy = NsProxy::start(
+        &lab.ns,
+        url::Url::parse("http://127.0.0.1:8000").unwrap(),
+        vec![Rule::new(
+            Some(reqwest::Method::GET),
+            "/redfish/v1",
+            Fault::Rewrite(vec![
+                ("Sushy".into(), "Acme".into()),
+                ("sushy".into(), "acme".into()),
+            ]),
+        )],
+    );
+    let address = format!(
+        "redfish+http://127.0.0.1:{}/redfish/v1/Systems/{}",
+        proxy.port, lab.uuids[0]
+    );
+    // The read-back is enough to name it: no PXE watching this time.
+    let (report, stderr) = hw_test(lab, &address, "admin", "password", false, &[]);
+    assert_eq!(
+        status(&report, "boot-override"),
+        "quirk",
+        "{report:#}\n{stderr}"
+    );
+    assert!(
+        detail(&report, "boot-override").contains("Continuous"),
+        "{report:#}"
+    );
+    assert!(
+        report["findings"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|f| f["quirk"] == "onceKeptAsContinuous" && f["coveredBy"].is_null()),
+        "{report:#}"
+    );
+    let proposed = report["proposedQuirk"].clone();
+    assert_eq!(proposed["onceKeptAsContinuous"], true, "{report:#}");
+    assert_eq!(proposed["match"]["vendor"], "Acme", "{report:#}");
+    let entry = proposed["name"].as_str().unwrap().to_string();
+
+    // Without the entry. Short retry pacing: three refused boots in a row
+    // make the Error.
+    lab.merge_config("controller: {retryBaseSeconds: 5, bmcRetrySeconds: 5}");
+    lab.kill_metalherd();
+    lab.start_metalherd();
+    let before = proxy.seen.bodies().len();
+    lab.declare(&[("LAB_BMC_PORT", &proxy.port.to_string())]);
+    let mut seen = Vec::new();
+    lab.wait_phase("vm1", "Error", Duration::from_secs(600), &mut seen);
+    let m = lab.machine("vm1").unwrap();
+    let err = &m["status"]["lastError"];
+    assert_eq!(err["reason"], "BmcBootOverrideIgnored", "{m:#}");
+    let message = err["message"].as_str().unwrap();
+    eprintln!("vm1's last error without the quirk entry: {message}");
+    for want in [
+        "accepted boot override Pxe/Once",
+        "reads back Pxe/Continuous",
+        "metalherd hw-test",
+        "`bmc.quirks:`",
+        "onceKeptAsContinuous: true",
+    ] {
+        assert!(message.contains(want), "{want:?} missing: {message}");
+    }
+    // The override was refused before any power-on: the VM stayed off and
+    // never network-booted for the Machine.
+    let bodies = proxy.seen.bodies();
+    let ons: Vec<_> = bodies[before..]
+        .iter()
+        .filter(|(_, path, body)| path.contains("Reset") && body.contains("\"On\""))
+        .collect();
+    assert!(ons.is_empty(), "power-on sent: {ons:?}");
+    assert!(
+        bodies[before..]
+            .iter()
+            .any(|(method, _, body)| method == "PATCH" && body.contains("Once")),
+        "the override was asked for: {bodies:?}"
+    );
+    assert!(!lab.vm_running(1));
+    assert!(boot_steps(&m).is_empty(), "{m:#}");
+    let d = lab.cli_ok(&["describe", "machine", "vm1"]);
+    assert!(
+        d.contains("BMC Quirks:   none (standard path)") && d.contains("BmcBootOverrideIgnored"),
+        "{d}"
+    );
+
+    // With the entry hw-test proposed, from the config file: the same
+    // Machine, retried from Error, provisions.
+    lab.merge_config(&serde_json::json!({ "bmc": { "quirks": [proposed] } }).to_string());
+    lab.kill_metalherd();
+    lab.start_metalherd();
+    lab.wait_phase("vm1", "Ready", Duration::from_secs(900), &mut seen);
+    let m = lab.machine("vm1").unwrap();
+    assert!(m["status"]["lastError"].is_null(), "{m:#}");
+    let steps = boot_steps(&m);
+    for want in ["DHCPAck", "Kernel", "Installed", "Booted"] {
+        assert!(steps.iter().any(|s| s == want), "{want} in {steps:?}");
+    }
+    let console = lab.console(1);
+    assert!(
+        console.contains("installer: called home installed")
+            && console.contains("node: called home booted"),
+        "{console}"
+    );
+    let d = lab.cli_ok(&["describe", "machine", "vm1"]);
+    assert!(d.contains(&format!("BMC Quirks:   {entry}")), "{d}");
 }

@@ -174,7 +174,9 @@ CONF
 # `lab` keeps the disk's DATA partition across reinstalls, `lab-wipe` is the
 # same and also wipes the disk when its machine is deprovisioned), and one
 # Machine with its BMC Secret per VM, addressed by its Redfish system. VMs
-# listed in LAB_WIPE_VMS (numbers, e.g. "2") use `lab-wipe`.
+# listed in LAB_WIPE_VMS (numbers, e.g. "2") use `lab-wipe`. LAB_BMC_PORT
+# (default 8000, the Redfish emulator) is the port the Machines' BMC
+# addresses use, e.g. a proxy in front of the emulator.
 lab_manifests() {
   local run=$1 kernel=$2 initrd=$3; shift 3
   local ksum isum i=0 c class
@@ -229,7 +231,7 @@ kind: Machine
 metadata: {name: vm$i, namespace: default, labels: {rack: lab}}
 spec:
   bmc:
-    address: redfish+http://127.0.0.1:8000/redfish/v1/Systems/$uuid
+    address: redfish+http://127.0.0.1:${LAB_BMC_PORT:-8000}/redfish/v1/Systems/$uuid
     credentialsSecretRef: {name: vm$i-bmc}
   network: {address: 10.89.0.$((10 + i))/24, gateway: 10.89.0.1, hostname: vm$i}
   classRef: {name: $class}

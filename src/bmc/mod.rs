@@ -107,6 +107,14 @@ impl Default for Timing {
     }
 }
 
+/// What a [`BmcError::BootOverrideIgnored`] with `kept_continuous` adds to
+/// its message: what the read-back means and what the operator can do.
+pub const KEPT_CONTINUOUS_ADVICE: &str = ": it keeps the one-time override as persistent \
+(Continuous) and no quirk entry for this BMC says so. Qualify the model with `metalherd hw-test \
+--allow-power-actions`: where it finds this it prints a `bmc.quirks:` entry with \
+`onceKeptAsContinuous: true` for this vendor, model and firmware; add it to the config file and \
+restart metalherd";
+
 /// What can go wrong talking to a BMC. Messages never include credentials.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -121,11 +129,19 @@ pub enum BmcError {
     Timeout { address: String, after: Duration },
     #[error("TLS to BMC {address} failed: {detail}")]
     Tls { address: String, detail: String },
-    #[error("BMC {address} accepted boot override {wanted} but reads back {got}")]
+    /// The override read back is not the one sent. `kept_continuous`: it
+    /// is, but kept as persistent (`Continuous`) where one-time was asked
+    /// and no quirk entry says this BMC does that; the message then says
+    /// how to qualify the model and which quirk to add.
+    #[error(
+        "BMC {address} accepted boot override {wanted} but reads back {got}{advice}",
+        advice = if *.kept_continuous { KEPT_CONTINUOUS_ADVICE } else { "" }
+    )]
     BootOverrideIgnored {
         address: String,
         wanted: String,
         got: String,
+        kept_continuous: bool,
     },
     #[error("BMC {address} did not reach power {wanted:?} within {after:?} (last seen {last:?})")]
     PowerStateNotReached {
@@ -213,5 +229,32 @@ pub trait Bmc: Send + Sync {
     /// End the session (Redfish logout, IPMI close). Idempotent.
     async fn close(&self) -> Result<(), BmcError> {
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::BmcError;
+
+    #[test]
+    fn an_override_kept_as_continuous_says_which_quirk_and_how_to_find_it() {
+        let e = |kept_continuous| BmcError::BootOverrideIgnored {
+            address: "redfish+https://10.0.0.5".into(),
+            wanted: "Pxe/Once/UEFI".into(),
+            got: "Pxe/Continuous/UEFI".into(),
+            kept_continuous,
+        };
+        let m = e(true).to_string();
+        assert!(
+            m.starts_with("BMC redfish+https://10.0.0.5 accepted boot override Pxe/Once/UEFI but reads back Pxe/Continuous/UEFI: ")
+                && m.contains("metalherd hw-test")
+                && m.contains("`bmc.quirks:`")
+                && m.contains("onceKeptAsContinuous: true"),
+            "{m}"
+        );
+        assert_eq!(
+            e(false).to_string(),
+            "BMC redfish+https://10.0.0.5 accepted boot override Pxe/Once/UEFI but reads back Pxe/Continuous/UEFI"
+        );
     }
 }

@@ -205,6 +205,23 @@ impl BmcProxy {
     pub fn log(&self) -> Vec<(String, String, u16)> {
         self.state.lock().expect("lock").log.clone()
     }
+
+    /// A handle that reads what the proxy saw from another thread.
+    pub fn recorder(&self) -> Recorder {
+        Recorder(self.state.clone())
+    }
+}
+
+/// What a proxy saw, readable while it runs elsewhere (see
+/// [`super::ns_proxy`]).
+#[derive(Clone)]
+pub struct Recorder(Arc<Mutex<State>>);
+
+impl Recorder {
+    /// Every request that carried a body: (method, path, body).
+    pub fn bodies(&self) -> Vec<(String, String, String)> {
+        self.0.lock().expect("lock").bodies.clone()
+    }
 }
 
 impl Drop for BmcProxy {

@@ -185,6 +185,19 @@ impl Lab {
         );
     }
 
+    /// Merge `yaml` (a mapping, e.g. `bmc: {quirks: [...]}`) into the
+    /// lab's config file, section by section; takes effect at the next
+    /// [`Lab::start_metalherd`].
+    pub fn merge_config(&self, yaml: &str) {
+        let path = self.run.join("config.yaml");
+        let mut config: serde_yaml::Value =
+            serde_yaml::from_str(&std::fs::read_to_string(&path).expect("config.yaml"))
+                .expect("config.yaml is YAML");
+        let extra: serde_yaml::Value = serde_yaml::from_str(yaml).expect("config fragment");
+        merge_yaml(&mut config, extra);
+        std::fs::write(&path, serde_yaml::to_string(&config).expect("yaml")).expect("write config");
+    }
+
     /// SIGKILL metalherd (no chance to clean up).
     pub fn kill_metalherd(&mut self) {
         if let Some(mut g) = self.serve.take() {
@@ -459,6 +472,23 @@ impl Drop for Lab {
                 self.run.display()
             ))
             .status();
+    }
+}
+
+/// `extra`'s keys into `base`: mappings merge, anything else replaces.
+fn merge_yaml(base: &mut serde_yaml::Value, extra: serde_yaml::Value) {
+    match (base, extra) {
+        (serde_yaml::Value::Mapping(b), serde_yaml::Value::Mapping(e)) => {
+            for (k, v) in e {
+                match b.get_mut(&k) {
+                    Some(old) => merge_yaml(old, v),
+                    None => {
+                        b.insert(k, v);
+                    }
+                }
+            }
+        }
+        (b, e) => *b = e,
     }
 }
 

@@ -7,10 +7,12 @@
 use std::sync::mpsc;
 use std::thread::JoinHandle;
 
-use super::bmc_proxy::{BmcProxy, Rule};
+use super::bmc_proxy::{BmcProxy, Recorder, Rule};
 
 pub struct NsProxy {
     pub port: u16,
+    /// What the proxy saw (requests with a body).
+    pub seen: Recorder,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
     thread: Option<JoinHandle<()>>,
 }
@@ -34,13 +36,14 @@ impl NsProxy {
                 for r in rules {
                     proxy.add(r);
                 }
-                port_tx.send(proxy.port).expect("port");
+                port_tx.send((proxy.port, proxy.recorder())).expect("port");
                 let _ = stop_rx.await;
             });
         });
-        let port = port_rx.recv().expect("the proxy did not start");
+        let (port, seen) = port_rx.recv().expect("the proxy did not start");
         NsProxy {
             port,
+            seen,
             stop: Some(stop),
             thread: Some(thread),
         }

@@ -340,11 +340,13 @@ impl Bmc for IpmiBmc {
             // A persistent flag where one-time was asked: the server would
             // boot that device on every start.
             let kept = got.0[0] & BootFlags::VALID != 0 && got.0[0] & BootFlags::PERSISTENT != 0;
-            if !got.honours(&wanted) || (kept && !kept_ok) {
+            let honoured = got.honours(&wanted);
+            if !honoured || (kept && !kept_ok) {
                 return Err(BmcError::BootOverrideIgnored {
                     address: self.link.address.clone(),
                     wanted: wanted.hex(),
                     got: got.hex(),
+                    kept_continuous: honoured && kept,
                 });
             }
             Ok(())

@@ -130,18 +130,19 @@ fn send_mode(current: &Boot, quirks: &Quirks) -> bool {
 /// `Once` is accepted only when the BMC's quirks say it keeps one-time
 /// overrides that way (`kept_as_continuous`; sushy-tools does): elsewhere
 /// it means the server would network-boot on every start. A wrong target,
-/// `Disabled`, or a mode other than the one sent is a mismatch:
-/// `Err((wanted, got))` for `BootOverrideIgnored`.
+/// `Disabled`, or a mode other than the one sent is a mismatch too: a
+/// [`BootMismatch`] for `BootOverrideIgnored`.
 pub fn check_boot_readback(
     device: BootDevice,
     mode: FirmwareMode,
     sent_mode: bool,
     kept_as_continuous: bool,
     got: &Boot,
-) -> Result<(), (String, String)> {
+) -> Result<(), BootMismatch> {
     let want_target = boot_target(device);
     let want_mode = boot_mode(mode);
     let target_ok = got.boot_source_override_target.as_deref() == Some(want_target);
+    let continuous = got.boot_source_override_enabled.as_deref() == Some("Continuous");
     let enabled_ok = match got.boot_source_override_enabled.as_deref() {
         Some("Once") => true,
         Some("Continuous") => kept_as_continuous,
@@ -162,7 +163,22 @@ pub fn check_boot_readback(
         got.boot_source_override_enabled.as_deref().unwrap_or("-"),
         got.boot_source_override_mode.as_deref().unwrap_or("-"),
     );
-    Err((wanted, got))
+    Err(BootMismatch {
+        wanted,
+        got,
+        kept_continuous: target_ok && mode_ok && continuous,
+    })
+}
+
+/// A read-back override that is not the one sent (see
+/// [`check_boot_readback`]), as `target/enabled/mode` texts.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BootMismatch {
+    pub wanted: String,
+    pub got: String,
+    /// Everything as asked but kept as `Continuous`: what the
+    /// `onceKeptAsContinuous` quirk accepts.
+    pub kept_continuous: bool,
 }
 
 /// Whether a PATCH of the Boot override should carry the mode.

@@ -340,13 +340,14 @@ impl RedfishBmc {
             Err(e) => return Err(e),
         }
         let (got, _) = self.t.get_json::<BootHolder>(&patch_path).await?;
-        logic::check_boot_readback(device, mode, sent_mode, kept_ok, &got.boot).map_err(
-            |(wanted, got)| BmcError::BootOverrideIgnored {
+        logic::check_boot_readback(device, mode, sent_mode, kept_ok, &got.boot).map_err(|m| {
+            BmcError::BootOverrideIgnored {
                 address: self.address().to_string(),
-                wanted,
-                got,
-            },
-        )
+                wanted: m.wanted,
+                got: m.got,
+                kept_continuous: m.kept_continuous,
+            }
+        })
     }
 
     async fn do_inventory(&self) -> Result<Inventory, BmcError> {

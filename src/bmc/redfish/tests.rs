@@ -231,19 +231,20 @@ fn boot_patch_and_readback() {
     // A BMC known to keep Continuous (sushy-tools): still boots PXE next.
     assert!(ok(&read("Pxe", "Continuous", "UEFI")).is_ok());
     // Without that quirk, Continuous is a BMC that would PXE-boot forever.
-    assert!(
-        check_boot_readback(
-            BootDevice::Network,
-            FirmwareMode::Uefi,
-            true,
-            false,
-            &read("Pxe", "Continuous", "UEFI")
-        )
-        .is_err()
-    );
-    let (wanted, got) = ok(&read("Hdd", "Continuous", "UEFI")).unwrap_err();
-    assert_eq!(wanted, "Pxe/Once/UEFI");
-    assert_eq!(got, "Hdd/Continuous/UEFI");
+    let m = check_boot_readback(
+        BootDevice::Network,
+        FirmwareMode::Uefi,
+        true,
+        false,
+        &read("Pxe", "Continuous", "UEFI"),
+    )
+    .unwrap_err();
+    assert!(m.kept_continuous, "{m:?}");
+    let m = ok(&read("Hdd", "Continuous", "UEFI")).unwrap_err();
+    assert_eq!(m.wanted, "Pxe/Once/UEFI");
+    assert_eq!(m.got, "Hdd/Continuous/UEFI");
+    // Another target: no quirk would make that work.
+    assert!(!m.kept_continuous);
     assert!(ok(&read("Pxe", "Disabled", "UEFI")).is_err());
     assert!(ok(&read("Pxe", "Once", "Legacy")).is_err());
     assert!(

@@ -13,6 +13,10 @@ use super::plan::{
 use crate::api::{BootRecord, MachinePhase, PowerState};
 use crate::bmc::BootDevice;
 
+/// The last error's reason when the BMC did not keep the one-time network
+/// boot override (`bmc_reason` of `BootOverrideIgnored`).
+pub(super) const OVERRIDE_REFUSED: &str = "BmcBootOverrideIgnored";
+
 /// Where a network boot stands.
 enum BootState {
     /// Not done; this step schedules the next look.
@@ -166,11 +170,32 @@ impl Planner<'_> {
                 // a reimage replaces) can be running to use it.
                 return self.power_off(Some(b.minted_at));
             }
+            // The BMC refused this boot's override (recorded since it was
+            // minted): powering on would not network-boot. The boot fails
+            // with the BMC's answer, counted like any failed boot.
+            if let Some(e) = self
+                .st
+                .last_error
+                .clone()
+                .filter(|e| e.reason == OVERRIDE_REFUSED && e.time >= b.minted_at)
+            {
+                return self.fail_boot(BootOutcome::Abandoned, OVERRIDE_REFUSED, e.message);
+            }
             self.push(Step::SetBootOnce(BootDevice::Network));
             // The marker goes first: after a crash the power-on is not
             // repeated blindly (see below).
             self.set_progress(progress::POWER_CYCLED_FOR, b.id.clone());
             self.set_progress(progress::POWERED_AT, self.now.to_string());
+            // Written only if the override went through: an earlier
+            // refusal no longer holds.
+            if self
+                .st
+                .last_error
+                .as_ref()
+                .is_some_and(|e| e.reason == OVERRIDE_REFUSED)
+            {
+                self.clear_error();
+            }
             self.push(Step::PowerOn);
             return wait(limits.poll, "install");
         }

@@ -270,12 +270,11 @@ impl Planner<'_> {
                     PowerState::Unknown => ("Unknown", "Unknown"),
                 };
                 self.condition(cond::POWER_STATE, s, r, String::new());
-                if self
-                    .st
-                    .last_error
-                    .as_ref()
-                    .is_some_and(|e| e.reason.starts_with("Bmc"))
-                {
+                // A refused boot override is not cured by reaching the BMC:
+                // the boot it stopped fails with it (see `drive_boot`).
+                if self.st.last_error.as_ref().is_some_and(|e| {
+                    e.reason.starts_with("Bmc") && e.reason != super::boot::OVERRIDE_REFUSED
+                }) {
                     self.clear_error();
                 }
             }

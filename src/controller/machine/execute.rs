@@ -390,7 +390,18 @@ impl Executor<'_> {
                     BootMode::Uefi => FirmwareMode::Uefi,
                     BootMode::Legacy => FirmwareMode::Legacy,
                 };
-                bmc.set_boot_once(*dev, mode).await?;
+                let r = bmc.set_boot_once(*dev, mode).await;
+                // The driver matched its quirk entries again for this call:
+                // keep `bmcQuirks` true when the config changed since the
+                // inventory was read (written with the step's record).
+                if let Ok(quirks) = bmc.applied_quirks().await {
+                    let st = w.m.status.get_or_insert_with(Default::default);
+                    if st.bmc_quirks != quirks {
+                        st.bmc_quirks = quirks;
+                        w.dirty = true;
+                    }
+                }
+                r?;
             }
             Step::PowerOn => bmc.power(PowerAction::On).await?,
             Step::PowerCycle => bmc.power(PowerAction::Cycle).await?,
@@ -406,15 +417,19 @@ impl Executor<'_> {
         tracing::warn!(%step, error = %e, "BMC action failed");
         self.event(&w.m, EventType::Warning, &reason, &message)
             .await;
-        let cond = condition(
-            &w.m,
-            cond::BMC_REACHABLE,
-            "False",
-            &reason,
-            &message,
-            self.now,
-        );
-        self.status_step(w, &Step::SetCondition(cond))?;
+        // A refused boot override came from a BMC that answered: it is
+        // reachable, and the last error tells what it refused.
+        if !matches!(e, BmcError::BootOverrideIgnored { .. }) {
+            let cond = condition(
+                &w.m,
+                cond::BMC_REACHABLE,
+                "False",
+                &reason,
+                &message,
+                self.now,
+            );
+            self.status_step(w, &Step::SetCondition(cond))?;
+        }
         self.status_step(w, &Step::RecordError { reason, message })?;
         self.flush(w).await?;
         Err(Stop::After(self.bmc_retry))

@@ -1,7 +1,8 @@
 //! The reconciler and executor against the embedded store and fake BMCs:
 //! registration learns the MAC and closes every session, a step marker is
 //! durable before the power action it guards (even when that action
-//! fails), and the boot-storm limit makes the next machine wait.
+//! fails), a refused boot override fails its boot without a power-on, and
+//! the boot-storm limit makes the next machine wait.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -291,6 +292,56 @@ async fn the_power_cycle_marker_is_durable_before_a_failed_power_on() {
     let st = get(&e, "m1").await.status.unwrap();
     assert_eq!(st.boot.unwrap().id, boot.id);
     assert!(st.last_error.is_none(), "the stale BMC error is cleared");
+}
+
+#[tokio::test]
+async fn a_refused_boot_override_fails_the_boot_without_a_power_on_and_keeps_its_reason() {
+    let e = env();
+    e.store.create_obj(&class()).await.unwrap();
+    available(&e, "m1").await;
+    let bmc = FakeBmc::new();
+    let refused = || BmcError::BootOverrideIgnored {
+        address: "127.0.0.1:8000".into(),
+        wanted: "Pxe/Once/UEFI".into(),
+        got: "Pxe/Continuous/UEFI".into(),
+        kept_continuous: true,
+    };
+    bmc.expect_power_state(Ok(PowerState::Off))
+        .expect_boot_once(BootDevice::Network, FirmwareMode::Uefi, Err(refused()))
+        .expect_close();
+    let r = reconciler(&e, FakeConnector::new().with("m1", bmc.clone()), 0);
+    let next = settle(&r, "m1", 5).await;
+    assert_eq!(next, Requeue::After(Limits::default().bmc_retry));
+    bmc.verify().unwrap();
+    let st = get(&e, "m1").await.status.unwrap();
+    assert!(!st.progress.contains_key("powerCycledFor"), "{st:?}");
+    let err = st.last_error.clone().unwrap();
+    assert_eq!(err.reason, "BmcBootOverrideIgnored");
+    assert!(
+        err.message.contains("reads back Pxe/Continuous/UEFI")
+            && err.message.contains("onceKeptAsContinuous: true"),
+        "{}",
+        err.message
+    );
+    // The BMC answered: it is not called unreachable.
+    assert!(
+        crate::api::condition::find_condition(&st.conditions, "BmcReachable")
+            .is_none_or(|c| c.status == "True"),
+        "{:?}",
+        st.conditions
+    );
+
+    // Next look: reaching the BMC does not clear the refusal; the boot
+    // fails with it and backs off, still without a power-on.
+    bmc.expect_power_state(Ok(PowerState::Off)).expect_close();
+    let next = r.reconcile(&key("m1")).await.unwrap();
+    assert_eq!(next, Requeue::After(Limits::default().retry_after(1)));
+    bmc.verify().unwrap();
+    let st = get(&e, "m1").await.status.unwrap();
+    assert_eq!(st.boot.unwrap().outcome, Some(BootOutcome::Abandoned));
+    assert_eq!(st.progress.get("attempts").map(String::as_str), Some("1"));
+    assert_eq!(st.last_error.unwrap().message, err.message);
+    assert!(!holds_boot_slot(&get(&e, "m1").await.status.unwrap()));
 }
 
 #[tokio::test]
