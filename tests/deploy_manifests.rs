@@ -84,9 +84,7 @@ fn rule_of(method: &http::Method, uri: &http::Uri) -> Rule {
 /// A Kubernetes store on a fresh stand-in, recording every request.
 async fn recording_store(calls: Arc<Mutex<BTreeSet<Rule>>>) -> (Server, Arc<dyn Store>) {
     let s = tokio::task::spawn_blocking(Server::start).await.unwrap();
-    let out = s.cli(&["kubeconfig"]);
-    let (kc, err) = text(&out);
-    assert!(out.status.success(), "metalherd kubeconfig: {err}");
+    let kc = s.kubeconfig();
     metalherd::cluster::kube::install_crypto_provider();
     let kc = kube::config::Kubeconfig::from_yaml(&kc).unwrap();
     let config = kube::Config::from_custom_kubeconfig(kc, &Default::default())

@@ -11,7 +11,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::server::{Server, text};
+use common::server::Server;
 use futures::StreamExt;
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
@@ -22,10 +22,7 @@ use metalherd::api::{Machine, MachinePhase};
 use serde_json::json;
 
 async fn client(s: &Server) -> kube::Client {
-    let out = s.cli(&["kubeconfig"]);
-    let (stdout, stderr) = text(&out);
-    assert!(out.status.success(), "metalherd kubeconfig: {stderr}");
-    let kc: Kubeconfig = serde_yaml::from_str(&stdout).unwrap();
+    let kc: Kubeconfig = serde_yaml::from_str(&s.kubeconfig()).unwrap();
     let config = kube::Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
         .await
         .unwrap();

@@ -25,7 +25,7 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::proc::wait_for;
-use common::server::{Server, text};
+use common::server::Server;
 use serde_json::Value;
 
 const LEASE: &str = "/apis/coordination.k8s.io/v1/namespaces/default/leases/metalherd";
@@ -74,13 +74,8 @@ const LEADING: &str = "leading: starting the boot services and controllers";
 
 #[test]
 fn leader_failover() {
-    let dir = tempfile::tempdir().unwrap();
     let api = Server::start();
-    let out = api.cli(&["kubeconfig"]);
-    let (kubeconfig, err) = text(&out);
-    assert!(out.status.success(), "metalherd kubeconfig: {err}");
-    let kc = dir.path().join("kubeconfig");
-    std::fs::write(&kc, kubeconfig).unwrap();
+    let kc = api.kubeconfig_file();
     let kc = kc.to_str().unwrap();
 
     let mut replicas = [replica(kc), replica(kc)];
@@ -164,11 +159,7 @@ async fn a_provisioning_in_flight_survives_the_leader_failover() {
     rack.machines[1].hold_install.store(true, Ordering::SeqCst);
 
     let api = tokio::task::spawn_blocking(Server::start).await.unwrap();
-    let out = api.cli(&["kubeconfig"]);
-    let (kubeconfig, err) = text(&out);
-    assert!(out.status.success(), "metalherd kubeconfig: {err}");
-    let kc = dir.path().join("kubeconfig");
-    std::fs::write(&kc, kubeconfig).unwrap();
+    let kc = api.kubeconfig_file();
     let config = controller_config(
         "",
         &format!(
@@ -187,16 +178,7 @@ async fn a_provisioning_in_flight_survives_the_leader_failover() {
     .await
     .unwrap();
 
-    let mut class = common::bootlab::class(
-        "flatcar",
-        common::bootlab::file_artifact(&dir.path().join("vmlinuz")),
-        common::bootlab::file_artifact(&dir.path().join("initrd")),
-        &[],
-    );
-    class.metadata.namespace = Some("default".into());
-    let mut class = serde_json::to_value(&class).unwrap();
-    class["apiVersion"] = json!("metalherd.dev/v1alpha1");
-    class["kind"] = json!("MachineClass");
+    let class = common::rack::flatcar_class(dir.path());
     let manifests: Vec<Value> = (0..2)
         .map(|i| {
             let mut m = rack.manifest(i, "bmc", json!({"role": "worker"}));
@@ -209,11 +191,7 @@ async fn a_provisioning_in_flight_survives_the_leader_failover() {
     let api = tokio::task::spawn_blocking(move || {
         let (user, pw) = bmc_credentials();
         put_secret(&api, "bmc", &user, &pw);
-        let join = json!({"apiVersion": "v1", "kind": "Secret",
-            "metadata": {"name": "join", "namespace": "default"},
-            "stringData": {"token": "abcdef.0123456789abcdef"}});
-        let (code, body) = api.req("POST", "/api/v1/namespaces/default/secrets", Some(&join));
-        assert!(code < 300, "join secret: {code} {body}");
+        common::rack::put_join_secret(&api);
         for (plural, doc) in [
             ("machineclasses", &class),
             ("machines", &manifests[0]),
@@ -339,11 +317,7 @@ fn dhcp_clients_hold_their_leases_through_the_failover_without_a_collision() {
     let tmp = tempfile::tempdir().unwrap();
     // The stand-in API server and both replicas on the replicas' host.
     let api = Server::start_in_netns(Some("controller:\n  enabled: false\n"), ns.clone(), &[]);
-    let out = api.cli(&["kubeconfig"]);
-    let (kubeconfig, err) = text(&out);
-    assert!(out.status.success(), "metalherd kubeconfig: {err}");
-    let kc = tmp.path().join("kubeconfig");
-    std::fs::write(&kc, kubeconfig).unwrap();
+    let kc = api.kubeconfig_file();
     let kc = kc.to_str().unwrap();
     // Four addresses for four clients; a 16 s lease renews at 8 s.
     let config = format!(

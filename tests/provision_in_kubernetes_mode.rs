@@ -51,11 +51,7 @@ async fn provision_in_kubernetes_mode() {
 
     // The stand-in API server: objects only.
     let api = tokio::task::spawn_blocking(Server::start).await.unwrap();
-    let out = api.cli(&["kubeconfig"]);
-    let (kubeconfig, err) = text(&out);
-    assert!(out.status.success(), "metalherd kubeconfig: {err}");
-    let kc = dir.path().join("kubeconfig");
-    std::fs::write(&kc, kubeconfig).unwrap();
+    let kc = api.kubeconfig_file();
 
     // metalherd in Kubernetes mode: controllers and boot services.
     let config = controller_config(
@@ -81,16 +77,7 @@ async fn provision_in_kubernetes_mode() {
 
     // What the user declares, in the stand-in: the BMC and join Secrets, a
     // class, and (with kubectl) the Machine.
-    let mut class = common::bootlab::class(
-        "flatcar",
-        common::bootlab::file_artifact(&dir.path().join("vmlinuz")),
-        common::bootlab::file_artifact(&dir.path().join("initrd")),
-        &[],
-    );
-    class.metadata.namespace = Some("default".into());
-    let mut class = serde_json::to_value(&class).unwrap();
-    class["apiVersion"] = json!("metalherd.dev/v1alpha1");
-    class["kind"] = json!("MachineClass");
+    let class = common::rack::flatcar_class(dir.path());
     let mut machine = rack.manifest(0, "bmc", json!({"role": "worker"}));
     machine["spec"]["classRef"] = json!({"name": "flatcar"});
     let manifest = dir.path().join("machine.json");
@@ -104,11 +91,7 @@ async fn provision_in_kubernetes_mode() {
     let (api, kmode) = tokio::task::spawn_blocking(move || {
         let (user, pw) = bmc_credentials();
         put_secret(&api, "bmc", &user, &pw);
-        let join = json!({"apiVersion": "v1", "kind": "Secret",
-            "metadata": {"name": "join", "namespace": "default"},
-            "stringData": {"token": "abcdef.0123456789abcdef"}});
-        let (code, body) = api.req("POST", "/api/v1/namespaces/default/secrets", Some(&join));
-        assert!(code < 300, "join secret: {code} {body}");
+        common::rack::put_join_secret(&api);
         let (code, body) = api.req(
             "POST",
             "/apis/metalherd.dev/v1alpha1/namespaces/default/machineclasses",
@@ -163,7 +146,7 @@ async fn provision_in_kubernetes_mode() {
         "{m:#}"
     );
     // kubectl sees it as any cluster user would.
-    let kc = dir.path().join("kubeconfig");
+    let kc = api.dir.path().join("kubeconfig");
     let (ok, out, err) = tokio::task::spawn_blocking(move || {
         kubectl(
             &kc,

@@ -25,11 +25,7 @@ mod suite;
 /// A stand-in API server and a Kubernetes store on it.
 pub async fn stand_in_store() -> (Server, Arc<dyn Store>) {
     let s = tokio::task::spawn_blocking(Server::start).await.unwrap();
-    let out = s.cli(&["kubeconfig"]);
-    let (stdout, stderr) = text(&out);
-    assert!(out.status.success(), "metalherd kubeconfig: {stderr}");
-    let path = s.dir.path().join("kubeconfig");
-    std::fs::write(&path, stdout).unwrap();
+    let path = s.kubeconfig_file();
     let store = metalherd::store::open(&metalherd::store::StoreConfig::Kubernetes {
         kubeconfig: Some(path),
         namespace: None,

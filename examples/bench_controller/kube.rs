@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use metalherd::store::{Store, StoreConfig};
 
-use crate::common::server::{Server, text};
+use crate::common::server::Server;
 
 /// Whether this run uses the Kubernetes backend.
 pub fn wanted() -> bool {
@@ -22,13 +22,9 @@ pub struct StandIn {
 }
 
 /// Start the stand-in and open a Kubernetes-mode store on it.
-pub async fn start(dir: &std::path::Path) -> (Arc<dyn Store>, StandIn) {
+pub async fn start() -> (Arc<dyn Store>, StandIn) {
     let api = tokio::task::spawn_blocking(Server::start).await.unwrap();
-    let out = api.cli(&["kubeconfig"]);
-    let (kubeconfig, err) = text(&out);
-    assert!(out.status.success(), "metalherd kubeconfig: {err}");
-    let kc = dir.join("kubeconfig");
-    std::fs::write(&kc, kubeconfig).unwrap();
+    let kc = api.kubeconfig_file();
     let store = metalherd::store::open(&StoreConfig::Kubernetes {
         kubeconfig: Some(kc),
         namespace: None,

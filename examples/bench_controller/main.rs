@@ -267,7 +267,7 @@ fn peak_rss_kib() -> u64 {
 async fn run(n: usize, limit: usize, roll: Option<usize>) {
     let dir = tempfile::tempdir().unwrap();
     let (store, stand_in): (Arc<dyn Store>, _) = if kube::wanted() {
-        let (s, api) = kube::start(dir.path()).await;
+        let (s, api) = kube::start().await;
         (s, Some(api))
     } else {
         let s = Arc::new(EmbeddedStore::open(&dir.path().join("s.redb")).unwrap());

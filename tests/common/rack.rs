@@ -30,6 +30,31 @@ pub fn put_secret(api: &Server, name: &str, user: &str, password: &str) {
     assert!(code < 300, "create Secret {name}: {code} {body}");
 }
 
+/// The Kubernetes-mode stories' class: `flatcar`, in `default`, its kernel
+/// and initrd the files `vmlinuz` and `initrd` in `dir`, as API JSON.
+pub fn flatcar_class(dir: &std::path::Path) -> Value {
+    let mut class = super::bootlab::class(
+        "flatcar",
+        super::bootlab::file_artifact(&dir.join("vmlinuz")),
+        super::bootlab::file_artifact(&dir.join("initrd")),
+        &[],
+    );
+    class.metadata.namespace = Some("default".into());
+    let mut class = serde_json::to_value(&class).expect("class JSON");
+    class["apiVersion"] = json!("metalherd.dev/v1alpha1");
+    class["kind"] = json!("MachineClass");
+    class
+}
+
+/// The bootstrap-token Secret `join` the classes name.
+pub fn put_join_secret(api: &Server) {
+    let join = json!({"apiVersion": "v1", "kind": "Secret",
+        "metadata": {"name": "join", "namespace": "default"},
+        "stringData": {"token": "abcdef.0123456789abcdef"}});
+    let (code, body) = api.req("POST", "/api/v1/namespaces/default/secrets", Some(&join));
+    assert!(code < 300, "join secret: {code} {body}");
+}
+
 /// Create a Machine with `spec` (must hold `bmc`).
 pub fn put_machine(api: &Server, name: &str, spec: Value) {
     let (code, body) = api.req(

@@ -200,6 +200,23 @@ impl Server {
             .expect("run metalherd")
     }
 
+    /// `metalherd kubeconfig` for this server (its address, CA and token),
+    /// as kubectl, kube-rs or `serve --store kubernetes` use it.
+    pub fn kubeconfig(&self) -> String {
+        let out = self.cli(&["kubeconfig"]);
+        let (stdout, stderr) = text(&out);
+        assert!(out.status.success(), "metalherd kubeconfig: {stderr}");
+        stdout
+    }
+
+    /// [`Server::kubeconfig`] written into the server's temp directory;
+    /// returns its path.
+    pub fn kubeconfig_file(&self) -> PathBuf {
+        let path = self.dir.path().join("kubeconfig");
+        std::fs::write(&path, self.kubeconfig()).expect("write kubeconfig");
+        path
+    }
+
     /// A raw request; returns (status code, JSON body or Null).
     pub fn http(
         &self,
