@@ -141,6 +141,8 @@ pub struct Profile {
     steps: HashMap<String, [Option<f64>; STEPS.len()]>,
     /// Batch number -> (start, end) seconds since t0.
     batches: BTreeMap<i64, (f64, Option<f64>)>,
+    /// Batch number -> its machines.
+    members: BTreeMap<i64, Vec<String>>,
 }
 
 const STEPS: [&str; 6] = [
@@ -181,6 +183,14 @@ impl Profile {
     fn set(&mut self, o: &Value, at: f64) {
         if let Some(n) = o["status"]["currentBatch"]["number"].as_i64() {
             self.batches.entry(n).or_insert((at, None));
+            self.members.entry(n).or_insert_with(|| {
+                o["status"]["currentBatch"]["machines"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|m| m["name"].as_str().map(str::to_string))
+                    .collect()
+            });
         }
         for (n, b) in self.batches.iter_mut() {
             let open = o["status"]["currentBatch"]["number"].as_i64() == Some(*n);
@@ -199,15 +209,53 @@ impl Profile {
                 .collect();
             m
         });
-        let mut line = String::from("BENCH rollout mean s from pin:");
+        let mut line = String::from("BENCH rollout s from pin (mean p50/p90/max):");
         for (i, s) in STEPS.iter().enumerate().skip(1) {
-            let v: Vec<f64> = self
+            let mut v: Vec<f64> = self
                 .steps
                 .values()
                 .filter_map(|e| Some(e[i]? - e[0]?))
                 .collect();
+            v.sort_by(f64::total_cmp);
             let mean = v.iter().sum::<f64>() / v.len().max(1) as f64;
-            line += &format!(" {s}={mean:.2}");
+            let q = |f: f64| {
+                v.get(((v.len() as f64 - 1.0) * f) as usize)
+                    .copied()
+                    .unwrap_or(0.0)
+            };
+            line += &format!(" {s}={mean:.2} {:.2}/{:.2}/{:.2}", q(0.5), q(0.9), q(1.0));
+        }
+        println!("{line}");
+        // Per batch: start to its first pin, the slowest member's steps
+        // (s after batch start), and batch end after its last Ready.
+        let mut line = String::from(
+            "BENCH rollout per batch (to first pin; slowest member's steps; close after last Ready):",
+        );
+        for (n, (start, end)) in &self.batches {
+            let ms: Vec<&[Option<f64>; STEPS.len()]> = self
+                .members
+                .get(n)
+                .into_iter()
+                .flatten()
+                .filter_map(|m| self.steps.get(m))
+                .collect();
+            let first_pin = ms.iter().filter_map(|e| e[0]).fold(f64::MAX, f64::min);
+            let slowest = ms.iter().max_by(|a, b| {
+                a[5].unwrap_or(f64::MAX)
+                    .total_cmp(&b[5].unwrap_or(f64::MAX))
+            });
+            let steps = slowest.map_or(String::new(), |e| {
+                e.iter()
+                    .map(|t| t.map_or("-".into(), |t| format!("{:.2}", t - start)))
+                    .collect::<Vec<_>>()
+                    .join(",")
+            });
+            let last_ready = slowest.and_then(|e| e[5]).unwrap_or(*start);
+            line += &format!(
+                " {n}:{:.2};{steps};{:.2}",
+                first_pin - start,
+                end.unwrap_or(*start) - last_ready
+            );
         }
         println!("{line}");
         let mut prev_end = 0.0;

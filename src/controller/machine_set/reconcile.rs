@@ -12,6 +12,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures::StreamExt;
 use jiff::Timestamp;
 use tracing::Instrument;
 
@@ -25,6 +26,9 @@ use crate::controller::feed::ObjectKey;
 use crate::controller::runner::{Reconciler, Requeue};
 use crate::store::events::{EventType, Regarding, record};
 use crate::store::{ListOptions, Selector, Store, StoreError, TypedStore};
+
+/// Machine writes (claims, pins, releases) of one plan in flight at once.
+const MACHINE_WRITES: usize = 64;
 
 /// How often a set with a batch in flight looks again (gate clocks).
 pub const GATE_POLL: Duration = Duration::from_secs(2);
@@ -206,39 +210,44 @@ impl MachineSetReconciler {
         }
         let old = set.status.clone().unwrap_or_default();
         metrics::record(&key.to_string(), &metrics::changes(&old, &p.status));
-        let mut conflicts = false;
+        // Claims, pins and releases touch one Machine each and never the
+        // same one twice: taken together (bounded), the store commits a
+        // batch's pins in a few group commits instead of one after another,
+        // so the batch's last member starts as early as its first.
+        let rev = |n: i64| p.status.revisions.iter().find(|r| r.revision == n);
+        let mut writes: Vec<futures::future::BoxFuture<'_, Result<(), StoreError>>> = Vec::new();
         for a in &p.actions {
-            let r = match a {
+            match a {
                 Action::Claim { machine, revision } => {
-                    self.claim(
-                        &set,
-                        machine,
-                        p.status.revisions.iter().find(|r| r.revision == *revision),
-                    )
-                    .await
+                    writes.push(Box::pin(self.claim(&set, machine, rev(*revision))));
                 }
                 Action::Pin { machine, revision } => {
-                    self.pin(
-                        &set,
-                        machine,
-                        p.status.revisions.iter().find(|r| r.revision == *revision),
-                    )
-                    .await
+                    writes.push(Box::pin(self.pin(&set, machine, rev(*revision))));
                 }
-                Action::Release { machine } => self.release(&set, machine).await,
-                Action::Event {
-                    warning,
-                    reason,
-                    message,
-                } => {
-                    self.event(&set, *warning, reason, message).await;
-                    Ok(())
-                }
-            };
+                Action::Release { machine } => writes.push(Box::pin(self.release(&set, machine))),
+                Action::Event { .. } => {}
+            }
+        }
+        let results: Vec<Result<(), StoreError>> = futures::stream::iter(writes)
+            .buffer_unordered(MACHINE_WRITES)
+            .collect()
+            .await;
+        let mut conflicts = false;
+        for r in results {
             match r {
                 Ok(()) => {}
                 Err(e) if e.is_conflict() || e.is_not_found() => conflicts = true,
                 Err(e) => return Err(e.into()),
+            }
+        }
+        for a in &p.actions {
+            if let Action::Event {
+                warning,
+                reason,
+                message,
+            } = a
+            {
+                self.event(&set, *warning, reason, message).await;
             }
         }
         Ok(if conflicts {
