@@ -36,21 +36,7 @@ fn replica(kc: &str) -> Server {
 }
 
 fn replica_with(kc: &str, config: &str) -> Server {
-    Server::start_with_args(
-        Some(config),
-        &[
-            "--store",
-            "kubernetes",
-            "--kubeconfig",
-            kc,
-            "--leader-lease-duration",
-            "3s",
-            "--leader-renew-deadline",
-            "2s",
-            "--leader-retry-period",
-            "500ms",
-        ],
-    )
+    Server::start_with_args(Some(config), &common::rack::replica_args(kc))
 }
 
 fn holder(api: &Server) -> Option<String> {
@@ -148,11 +134,7 @@ async fn a_provisioning_in_flight_survives_the_leader_failover() {
     use serde_json::json;
     use std::sync::atomic::Ordering;
 
-    let dir = tempfile::tempdir().unwrap();
-    for f in ["vmlinuz", "initrd"] {
-        std::fs::write(dir.path().join(f), f.as_bytes()).unwrap();
-    }
-    std::fs::create_dir_all(dir.path().join("assets")).unwrap();
+    let dir = common::rack::boot_files();
     let boot_port = common::free_port();
     let rack = SimRack::start("fo", 2, 63, &format!("http://127.0.0.1:{boot_port}")).await;
     // Server 2 stops between its Ignition fetch and its call-home.
@@ -319,28 +301,14 @@ fn dhcp_clients_hold_their_leases_through_the_failover_without_a_collision() {
     let api = Server::start_in_netns(Some("controller:\n  enabled: false\n"), ns.clone(), &[]);
     let kc = api.kubeconfig_file();
     let kc = kc.to_str().unwrap();
-    // Four addresses for four clients; a 16 s lease renews at 8 s.
+    // Four addresses for four clients; a 16 s lease (busybox raises it to
+    // its own minimum and renews after about 15 s).
     let config = format!(
         "dhcp:\n  interface: {}\n  discovery: {{enabled: true, record: false, leaseTime: 16}}\n  subnets:\n  - subnet: 10.68.0.0/24\n    ranges: [{{start: 10.68.0.100, end: 10.68.0.103}}]\n",
         srv.iface
     );
     let start = |ns: &Arc<common::netns::Netns>| {
-        Server::start_in_netns(
-            Some(&config),
-            ns.clone(),
-            &[
-                "--store",
-                "kubernetes",
-                "--kubeconfig",
-                kc,
-                "--leader-lease-duration",
-                "3s",
-                "--leader-renew-deadline",
-                "2s",
-                "--leader-retry-period",
-                "500ms",
-            ],
-        )
+        Server::start_in_netns(Some(&config), ns.clone(), &common::rack::replica_args(kc))
     };
     let mut first = start(&ns);
     wait_for(Duration::from_secs(30), || {

@@ -40,11 +40,7 @@ fn kubectl(kc: &std::path::Path, args: &[&str]) -> (bool, String, String) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn provision_in_kubernetes_mode() {
-    let dir = tempfile::tempdir().unwrap();
-    for f in ["vmlinuz", "initrd"] {
-        std::fs::write(dir.path().join(f), f.as_bytes()).unwrap();
-    }
-    std::fs::create_dir_all(dir.path().join("assets")).unwrap();
+    let dir = common::rack::boot_files();
     let boot_port = common::free_port();
     let boot_url = format!("http://127.0.0.1:{boot_port}");
     let rack = SimRack::start("kmode", 1, 61, &boot_url).await;

@@ -35,6 +35,7 @@ const LEADING: &str = "leading: starting the boot services and controllers";
 /// A replica in Kubernetes mode in the rack's namespace: its own data
 /// directory, API port and config file.
 fn replica(lab: &Lab, name: &str, config: &Path, port: u16) -> ChildGuard {
+    let kubeconfig = lab.run.join("kubeconfig").display().to_string();
     let mut cmd = Command::new("ip");
     cmd.args(["netns", "exec", &lab.ns])
         .arg(common::metalherd_bin())
@@ -43,18 +44,7 @@ fn replica(lab: &Lab, name: &str, config: &Path, port: u16) -> ChildGuard {
         .args(["serve", "--listen", &format!("127.0.0.1:{port}")])
         .arg("--config")
         .arg(config)
-        .arg("--store")
-        .arg("kubernetes")
-        .arg("--kubeconfig")
-        .arg(lab.run.join("kubeconfig"))
-        .args([
-            "--leader-lease-duration",
-            "3s",
-            "--leader-renew-deadline",
-            "2s",
-            "--leader-retry-period",
-            "500ms",
-        ])
+        .args(common::rack::replica_args(&kubeconfig))
         .env("METALHERD_LOG", "info");
     ChildGuard::spawn(
         &format!("metalherd replica {name}"),

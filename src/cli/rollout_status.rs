@@ -63,6 +63,21 @@ pub enum Verdict {
     Failed(String),
 }
 
+impl Verdict {
+    /// How the command ends, once it does: the completion line printed
+    /// and success, or the failure as the error.
+    fn end(self) -> Option<anyhow::Result<()>> {
+        match self {
+            Verdict::Waiting => None,
+            Verdict::Complete(s) => {
+                println!("{s}");
+                Some(Ok(()))
+            }
+            Verdict::Failed(s) => Some(Err(anyhow::anyhow!(s))),
+        }
+    }
+}
+
 /// What was printed already, so each change is printed once.
 #[derive(Debug, Default)]
 pub struct Tracker {
@@ -307,13 +322,8 @@ async fn follow(client: &ApiClient, kind: Kind, ns: &str, name: &str) -> anyhow:
             tr.machine(m, true, &mut out);
         }
         print(&mut out);
-        match verdict {
-            Verdict::Complete(s) => {
-                println!("{s}");
-                return Ok(());
-            }
-            Verdict::Failed(s) => anyhow::bail!(s),
-            Verdict::Waiting => {}
+        if let Some(end) = verdict.end() {
+            return end;
         }
         let sets = client
             .watch(kind, Some(ns), None, rv(&set).as_deref())
@@ -367,13 +377,8 @@ async fn follow(client: &ApiClient, kind: Kind, ns: &str, name: &str) -> anyhow:
             }
             let verdict = tr.set(&set, class.as_ref(), &mut out);
             print(&mut out);
-            match verdict {
-                Verdict::Complete(s) => {
-                    println!("{s}");
-                    return Ok(());
-                }
-                Verdict::Failed(s) => anyhow::bail!(s),
-                Verdict::Waiting => {}
+            if let Some(end) = verdict.end() {
+                return end;
             }
         }
     }

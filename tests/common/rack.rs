@@ -30,6 +30,35 @@ pub fn put_secret(api: &Server, name: &str, user: &str, password: &str) {
     assert!(code < 300, "create Secret {name}: {code} {body}");
 }
 
+/// `serve` flags for a replica in Kubernetes mode against `kubeconfig`,
+/// with short leader-election timing (3 s Lease, 2 s renew deadline, 500 ms
+/// retry) so failover stories stay quick.
+pub fn replica_args(kubeconfig: &str) -> [&str; 10] {
+    [
+        "--store",
+        "kubernetes",
+        "--kubeconfig",
+        kubeconfig,
+        "--leader-lease-duration",
+        "3s",
+        "--leader-renew-deadline",
+        "2s",
+        "--leader-retry-period",
+        "500ms",
+    ]
+}
+
+/// A temp directory holding the files `vmlinuz` and `initrd` (the class of
+/// [`flatcar_class`]) and an empty `assets` directory for boot HTTP.
+pub fn boot_files() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().expect("tempdir");
+    for f in ["vmlinuz", "initrd"] {
+        std::fs::write(dir.path().join(f), f.as_bytes()).expect("boot file");
+    }
+    std::fs::create_dir_all(dir.path().join("assets")).expect("assets dir");
+    dir
+}
+
 /// The Kubernetes-mode stories' class: `flatcar`, in `default`, its kernel
 /// and initrd the files `vmlinuz` and `initrd` in `dir`, as API JSON.
 pub fn flatcar_class(dir: &std::path::Path) -> Value {

@@ -75,59 +75,37 @@ fn an_address_that_answers_is_quarantined_and_the_next_discover_gets_another() {
 fn in_the_window_a_renewal_of_a_predecessors_lease_keeps_the_address() {
     let mut p = policy("discovery: {enabled: true}\n");
     let msg = |out: &Outcome| decode(out.reply.as_ref().unwrap()).opts().msg_type();
-    let renew = |mac, ip: [u8; 4]| {
+    // A RENEWING REQUEST: `ip` in ciaddr, no requested address.
+    let renew = |p: &Policy, l: &mut LeaseTable, mac, ip: Ipv4Addr, now| {
         let mut b = pxe(mac, 3, &[]);
-        b[12..16].copy_from_slice(&ip);
-        b
+        b[12..16].copy_from_slice(&ip.octets());
+        p.handle(&b, Via::Port67, &fake(), l, now)
+    };
+    let bound_to = |l: &LeaseTable, ip, mac| {
+        l.get(ip)
+            .is_some_and(|x| x.mac == mac && x.state == LeaseState::Bound)
     };
     let held = Ipv4Addr::new(10, 0, 0, 102);
     // Outside the window (no ping checks, or after them): NAK.
     let mut l = LeaseTable::new();
-    let out = p.handle(
-        &renew(STRANGER, held.octets()),
-        Via::Port67,
-        &fake(),
-        &mut l,
-        100,
-    );
+    let out = renew(&p, &mut l, STRANGER, held, 100);
     assert_eq!(msg(&out), Some(MessageType::Nak));
     p.probe_until = 1000;
-    let out = p.handle(
-        &renew(STRANGER, held.octets()),
-        Via::Port67,
-        &fake(),
-        &mut l,
-        1000,
-    );
+    let out = renew(&p, &mut l, STRANGER, held, 1000);
     assert_eq!(msg(&out), Some(MessageType::Nak));
     assert!(l.is_empty());
 
     // In it: ACKed and bound to the renewing client.
-    let out = p.handle(
-        &renew(STRANGER, held.octets()),
-        Via::Port67,
-        &fake(),
-        &mut l,
-        100,
-    );
+    let out = renew(&p, &mut l, STRANGER, held, 100);
     assert_eq!(msg(&out), Some(MessageType::Ack));
     assert_eq!(decode(out.reply.as_ref().unwrap()).yiaddr(), held);
-    assert!(
-        l.get(held)
-            .is_some_and(|x| x.mac == STRANGER && x.state == LeaseState::Bound)
-    );
+    assert!(bound_to(&l, held, STRANGER));
     assert!(!out.writes.is_empty(), "the adopted lease is persisted");
     // Another client renewing the same address: NAK, the lease stays.
     let other = [2, 0, 0, 0, 9, 9];
-    let out = p.handle(
-        &renew(other, held.octets()),
-        Via::Port67,
-        &fake(),
-        &mut l,
-        101,
-    );
+    let out = renew(&p, &mut l, other, held, 101);
     assert_eq!(msg(&out), Some(MessageType::Nak));
-    assert!(l.get(held).is_some_and(|x| x.mac == STRANGER));
+    assert!(bound_to(&l, held, STRANGER));
 
     // An address quarantined because it answered a ping (offered to a
     // newcomer) goes back to the client using it when that one renews.
@@ -135,29 +113,14 @@ fn in_the_window_a_renewal_of_a_predecessors_lease_keeps_the_address() {
     let out = p.handle(&pxe(other, 1, &[]), Via::Port67, &fake(), &mut l, 100);
     let probe = out.probe.unwrap();
     p.address_in_use(&probe, &mut l, 100);
-    let out = p.handle(
-        &renew(STRANGER, probe.ip.octets()),
-        Via::Port67,
-        &fake(),
-        &mut l,
-        101,
-    );
+    let out = renew(&p, &mut l, STRANGER, probe.ip, 101);
     assert_eq!(msg(&out), Some(MessageType::Ack));
-    assert!(
-        l.get(probe.ip)
-            .is_some_and(|x| x.mac == STRANGER && x.state == LeaseState::Bound)
-    );
+    assert!(bound_to(&l, probe.ip, STRANGER));
 
     // A declared Machine's reserved address is never adopted by a stranger.
     let mut l = LeaseTable::new();
     let reserved = fake().by_mac(&KNOWN).unwrap().address.unwrap().addr();
-    let out = p.handle(
-        &renew(STRANGER, reserved.octets()),
-        Via::Port67,
-        &fake(),
-        &mut l,
-        100,
-    );
+    let out = renew(&p, &mut l, STRANGER, reserved, 100);
     assert_eq!(msg(&out), Some(MessageType::Nak));
     assert!(l.is_empty());
 }
