@@ -58,11 +58,19 @@ fn rack_a_server() {
     );
     assert!(m["status"].get("lastError").is_none(), "{m:#}");
 
-    // Every transition is an event; `describe` shows them.
-    let reasons: Vec<String> = events(&api, "rack1-u1").into_iter().map(|e| e.0).collect();
-    for want in ["Registering", "Available", "BootMacLearned"] {
-        assert!(reasons.iter().any(|r| r == want), "{want} in {reasons:?}");
+    // Every transition is an event (phases passed through within one
+    // status write are named in the event of the phase reached); `describe`
+    // shows them.
+    let evs = events(&api, "rack1-u1");
+    let reasons: Vec<&str> = evs.iter().map(|e| e.0.as_str()).collect();
+    for want in ["Available", "BootMacLearned"] {
+        assert!(reasons.contains(&want), "{want} in {reasons:?}");
     }
+    assert!(
+        evs.iter()
+            .any(|e| e.0 == "Available" && e.2.contains("Registering → Available")),
+        "{evs:?}"
+    );
     let out = api.cli(&["get", "machines"]);
     let (stdout, stderr) = text(&out);
     assert!(out.status.success(), "{stderr}");

@@ -1,10 +1,13 @@
 //! The executor: carries out a [`Plan`] for one Machine, step by step,
 //! through the store, the BMC and the target cluster.
 //!
-//! The crash-safety rule lives here: status steps are applied to a local
-//! copy and written (`update_status`) before the next effect or metadata
-//! step runs, so a step marker (a minted boot, `powerCycledFor`) is durable
-//! before the side effect it guards. A write conflict stops the plan (the
+//! The crash-safety rule lives here: status and metadata steps are applied
+//! to a local copy and written (metadata with `update`, then status with
+//! `update_status`) before the next effect that needs a record runs, so a
+//! step marker (a minted boot, `powerCycledFor`) and the finalizer are
+//! durable before the side effect they guard; steps that no such effect
+//! separates share those two writes (in Kubernetes mode each write is an
+//! API call). A write conflict stops the plan (the
 //! next reconcile decides again from fresh state); a failed effect is
 //! recorded in status (`lastError`, conditions) and stops the plan too.
 //!
@@ -84,7 +87,10 @@ pub struct Executor<'a> {
 /// The machine being worked on, with its unwritten status changes.
 struct Work {
     m: Machine,
+    /// Status changed locally since the last write.
     dirty: bool,
+    /// Metadata or spec changed locally since the last write.
+    meta_dirty: bool,
     /// A boot was to be minted but the slot went to someone else.
     slot_denied: bool,
     /// Phase as last written (for transition events).
@@ -138,6 +144,7 @@ impl Executor<'_> {
         let mut w = Work {
             m: machine,
             dirty: false,
+            meta_dirty: false,
             slot_denied: false,
             written_phase: phase,
             passed: Vec::new(),
@@ -205,10 +212,7 @@ impl Executor<'_> {
                 self.status_step(w, step)?;
                 Ok(())
             }
-            StepKind::Metadata => {
-                self.flush(w).await?;
-                self.metadata_step(w, step).await
-            }
+            StepKind::Metadata => self.metadata_step(w, step).await,
             StepKind::Effect => {
                 if step.needs_record_before() {
                     self.flush(w).await?;
@@ -241,8 +245,20 @@ impl Executor<'_> {
         Ok(())
     }
 
-    /// Write pending status changes, and record a phase transition event.
+    /// Write pending metadata, then pending status changes, and record a
+    /// phase transition event.
     async fn flush(&self, w: &mut Work) -> Result<(), Stop> {
+        if w.meta_dirty {
+            // The written object carries the stored status; the unwritten
+            // one goes on it (the write would have conflicted had the
+            // status changed meanwhile).
+            let status = w.m.status.take();
+            w.m = self.store.update_obj(&w.m).await?;
+            w.meta_dirty = false;
+            if w.dirty {
+                w.m.status = status;
+            }
+        }
         if !w.dirty {
             return Ok(());
         }
@@ -291,8 +307,14 @@ impl Executor<'_> {
         }
     }
 
+    /// Apply a metadata step to the local copy (written by the next
+    /// [`Self::flush`]); removing the finalizer is written at once, after
+    /// everything pending.
     async fn metadata_step(&self, w: &mut Work, step: &Step) -> Result<(), Stop> {
-        let mut m = w.m.clone();
+        if let Step::RemoveFinalizer = step {
+            self.flush(w).await?;
+        }
+        let m = &mut w.m;
         match step {
             Step::AddFinalizer => {
                 let f = m.metadata.finalizers.get_or_insert_with(Vec::new);
@@ -306,7 +328,7 @@ impl Executor<'_> {
                 }
                 let gone = m.metadata.deletion_timestamp.is_some()
                     && m.metadata.finalizers.as_ref().is_none_or(Vec::is_empty);
-                self.store.update_obj(&m).await?;
+                *m = self.store.update_obj(m).await?;
                 if gone {
                     return Err(Stop::Gone);
                 }
@@ -316,6 +338,8 @@ impl Executor<'_> {
                 m.spec.boot_mac_address = Some(mac.clone());
                 self.event(&w.m, EventType::Normal, "BootMacLearned", mac)
                     .await;
+                w.meta_dirty = true;
+                return Ok(());
             }
             Step::SetHardwareLabels { labels, applied } => {
                 let l = m.metadata.labels.get_or_insert_with(Default::default);
@@ -332,7 +356,7 @@ impl Executor<'_> {
             }
             _ => return Ok(()),
         }
-        w.m = self.store.update_obj(&m).await?;
+        w.meta_dirty = true;
         Ok(())
     }
 

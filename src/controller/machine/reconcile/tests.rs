@@ -166,9 +166,13 @@ async fn registration_learns_the_mac_and_closes_every_session() {
         .await
         .unwrap();
     let reasons: Vec<&str> = evs.iter().map(|e| e.reason.as_str()).collect();
-    for want in ["Registering", "Available", "BootMacLearned"] {
+    for want in ["Available", "BootMacLearned"] {
         assert!(reasons.contains(&want), "{want} in {reasons:?}");
     }
+    // Registering was passed through within the one status write: the
+    // phase Event names it.
+    let available = evs.iter().find(|e| e.reason == "Available").unwrap();
+    assert_eq!(available.message, "(new) → Registering → Available");
 }
 
 #[tokio::test]
