@@ -279,9 +279,10 @@ async fn ignition_refuses_wrong_token_wrong_address_and_reused_token() {
         "{evs:#?}"
     );
 
-    // The steps are in the boot history (written in the background).
+    // The steps are in the boot history (written in the background, held
+    // up to `metalherd::directory::HOLD` first).
     let mut steps = Vec::new();
-    for _ in 0..100 {
+    for _ in 0..500 {
         let m: Machine = s.store.get_obj("default", "here").await.unwrap();
         steps = m
             .status
@@ -429,7 +430,7 @@ async fn scripts_images_and_malformed_requests() {
     assert_eq!(r.status(), 413, "body limit");
 
     let mut steps = Vec::new();
-    for _ in 0..100 {
+    for _ in 0..500 {
         let m: Machine = s.store.get_obj("default", "m1").await.unwrap();
         steps = m
             .status

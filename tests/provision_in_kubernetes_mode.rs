@@ -26,6 +26,7 @@ use std::time::Duration;
 use common::rack::{controller_config, events, put_secret, tail, wait_phase};
 use common::server::{Server, text};
 use common::sim_rack::{SimRack, bmc_credentials};
+use common::writes::describe_write;
 use serde_json::json;
 
 fn kubectl(kc: &std::path::Path, args: &[&str]) -> (bool, String, String) {
@@ -193,51 +194,6 @@ impl Writes {
     }
 }
 
-/// The paths where `a` and `b` differ (objects compared key by key).
-fn diff(path: &str, a: &serde_json::Value, b: &serde_json::Value, out: &mut Vec<String>) {
-    if let (Some(x), Some(y)) = (a.as_object(), b.as_object()) {
-        for k in x.keys().chain(y.keys().filter(|k| !x.contains_key(*k))) {
-            let n = serde_json::Value::Null;
-            diff(
-                &format!("{path}/{k}"),
-                x.get(k).unwrap_or(&n),
-                y.get(k).unwrap_or(&n),
-                out,
-            );
-        }
-    } else if a != b {
-        out.push(path.to_string());
-    }
-}
-
-/// A Machine as one line: phase, power, finalizers, boot record fields,
-/// history steps.
-fn summary(m: &serde_json::Value) -> String {
-    let st = &m["status"];
-    let keys = |v: &serde_json::Value| {
-        v.as_object()
-            .map(|o| o.keys().cloned().collect::<Vec<_>>().join(","))
-            .unwrap_or_default()
-    };
-    let steps: Vec<String> = st["bootHistory"]
-        .as_array()
-        .map(|h| {
-            h.iter()
-                .map(|e| e["step"].as_str().unwrap_or("?").to_string())
-                .collect()
-        })
-        .unwrap_or_default();
-    format!(
-        "phase={} power={} finalizers={} boot=[{}] progress=[{}] history=[{}]",
-        st["phase"],
-        st["powerState"],
-        m["metadata"]["finalizers"],
-        keys(&st["boot"]),
-        keys(&st["progress"]),
-        steps.join(" ")
-    )
-}
-
 async fn count_writes(kc: &std::path::Path, name: &str) -> Writes {
     use futures::StreamExt;
     use metalherd::api::Kind;
@@ -270,13 +226,7 @@ async fn count_writes(kc: &std::path::Path, name: &str) -> Writes {
                     n.fetch_add(1, Ordering::SeqCst);
                     if kind == Kind::Machine {
                         let now = ev.object().clone();
-                        let mut changed = Vec::new();
-                        diff("", &prev, &now, &mut changed);
-                        lines.lock().unwrap().push(format!(
-                            "{} | changed: {}",
-                            summary(&now),
-                            changed.join(" ")
-                        ));
+                        lines.lock().unwrap().push(describe_write(&prev, &now));
                         prev = now;
                     }
                 }

@@ -28,6 +28,7 @@ use std::time::{Duration, Instant};
 
 use common::lab::{LAB_LOCK, Lab};
 use common::proc::{ChildGuard, wait_for};
+use common::writes::from_kubectl_watch;
 use serde_json::Value;
 
 const LEADING: &str = "leading: starting the boot services and controllers";
@@ -182,6 +183,25 @@ fn provision_in_kubernetes_mode() {
             String::from_utf8_lossy(&out.stderr).to_string(),
         )
     };
+    // kubectl watches count the writes to the Machine and its Events.
+    let watch = |kind: &str| {
+        let kubectl = common::require_tool("kubectl");
+        let mut cmd = Command::new("ip");
+        cmd.args(["netns", "exec", &lab.ns, "sh", "-c"])
+            .arg(format!(
+                "exec {} get {kind} --watch --output-watch-events -o json 2>>{}",
+                kubectl.display(),
+                run.join(format!("watch-{kind}.err")).display()
+            ))
+            .env("KUBECONFIG", run.join("kubeconfig"))
+            .env("HOME", &run);
+        ChildGuard::spawn(
+            &format!("kubectl watch {kind}"),
+            &mut cmd,
+            &run.join(format!("watch-{kind}.json")),
+        )
+    };
+    let mut watches = [watch("machines"), watch("events")];
     for f in ["class.yaml", "machines.yaml"] {
         let (ok, out, err) = kubectl(&["apply", "-f", &run.join(f).to_string_lossy()]);
         assert!(ok, "kubectl apply -f {f}: {out}{err}");
@@ -198,6 +218,27 @@ fn provision_in_kubernetes_mode() {
         );
     }
     eprintln!("lab: phases {seen:?}");
+    // The Ready write is the Machine's last; give the watches a moment.
+    std::thread::sleep(Duration::from_secs(2));
+    for w in &mut watches {
+        w.kill9();
+    }
+    let read =
+        |kind: &str| std::fs::read_to_string(run.join(format!("watch-{kind}.json"))).unwrap();
+    let writes = from_kubectl_watch(&read("machines"), "/metadata/name", "vm1");
+    let events = from_kubectl_watch(&read("events"), "/involvedObject/name", "vm1");
+    eprintln!(
+        "lab: writes through the API for vm1 (a real network boot): Machine {} (with the create), Event {}",
+        writes.len(),
+        events.len()
+    );
+    for (i, l) in writes.iter().enumerate() {
+        eprintln!("  Machine write {}: {l}", i + 1);
+    }
+    assert!(
+        !writes.is_empty() && !events.is_empty(),
+        "the kubectl watches saw nothing"
+    );
 
     // Everything the VM fetched came from the new leader's address.
     let console = lab.console(1);

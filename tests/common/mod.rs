@@ -32,6 +32,7 @@ pub mod sim_rack;
 pub mod sushy;
 pub mod tftp;
 pub mod vbmc;
+pub mod writes;
 
 use std::path::PathBuf;
 

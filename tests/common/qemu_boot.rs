@@ -169,8 +169,9 @@ dhcp:
         tail(&serial, 30)
     );
     vm.wait_exit(Duration::from_secs(30));
-    // Let the boot-history writer catch up, then stop metalherd to read its store.
-    std::thread::sleep(Duration::from_secs(2));
+    // Let the boot-history writer catch up (steps are held up to HOLD),
+    // then stop metalherd to read its store.
+    std::thread::sleep(metalherd::directory::HOLD + Duration::from_secs(2));
     serve.terminate(Duration::from_secs(10));
 
     let store = EmbeddedStore::open(&data.join(metalherd::datadir::STORE_FILE)).unwrap();

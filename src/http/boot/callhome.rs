@@ -20,7 +20,7 @@ use tracing::Instrument;
 
 use super::access::{self, CallHome, Need};
 use super::metrics::Endpoint;
-use super::{BootState, Params, boot_event, reply, update_boot_noting};
+use super::{BootState, Params, boot_event, reply};
 use crate::api::{BootPurpose, BootStep, MacAddr, Machine};
 use crate::store::TypedStore;
 use crate::store::events::EventType;
@@ -119,21 +119,15 @@ async fn record(
     let mut noted = false;
     if outcome.is_none() {
         // `booted`, once: a retry racing this one finds it noted.
-        let r = update_boot_noting(
-            st.store.as_ref(),
-            &entry.namespace,
-            &entry.name,
-            &boot.id,
-            &note,
-            |b| {
+        let r = st
+            .update_boot_noting(&entry, &boot.id, &note, |b| {
                 if b.booted_at.is_some() {
                     return false;
                 }
                 b.booted_at = Some(jiff::Timestamp::now());
                 true
-            },
-        )
-        .await;
+            })
+            .await;
         match r {
             Ok(true) => noted = true,
             Ok(false) => return reply(StatusCode::OK, "already recorded"),
@@ -141,22 +135,16 @@ async fn record(
         }
     }
     if let Some(outcome) = outcome {
-        let r = update_boot_noting(
-            st.store.as_ref(),
-            &entry.namespace,
-            &entry.name,
-            &boot.id,
-            &note,
-            |b| {
+        let r = st
+            .update_boot_noting(&entry, &boot.id, &note, |b| {
                 if b.completed_at.is_some() {
                     return false;
                 }
                 b.completed_at = Some(jiff::Timestamp::now());
                 b.outcome = Some(outcome.clone());
                 true
-            },
-        )
-        .await;
+            })
+            .await;
         match r {
             Ok(n) => noted = n,
             Err(e) => return st.store_error(e),

@@ -22,7 +22,7 @@ use tracing::Instrument;
 use super::access::{Need, Refusal};
 use super::metrics::{Endpoint, ErrorReason};
 use super::once::plain;
-use super::{BootState, Params, boot_event, reply, update_boot_noting};
+use super::{BootState, Params, boot_event, reply};
 use crate::api::{BootPurpose, Machine, MachineClass, ServedConfig};
 use crate::directory::MachineEntry;
 use crate::store::TypedStore;
@@ -279,13 +279,9 @@ impl Delivered {
                 return;
             }
             let stage = self.stage.as_str();
-            let r = update_boot_noting(
-                self.st.store.as_ref(),
-                &self.entry.namespace,
-                &self.entry.name,
-                &self.boot_id,
-                &note,
-                |b| {
+            let r = self
+                .st
+                .update_boot_noting(&self.entry, &self.boot_id, &note, |b| {
                     if b.configs_served.iter().any(|c| c.stage == stage) {
                         return false;
                     }
@@ -296,9 +292,8 @@ impl Delivered {
                     });
                     b.ignition_served_at.get_or_insert(now);
                     true
-                },
-            )
-            .await;
+                })
+                .await;
             match r {
                 Ok(true) => {}
                 // Not noted with the record (already there, or the write

@@ -299,6 +299,34 @@ impl BootState {
     pub fn record_event(&self, e: &MachineEntry, ev: BootEvent) {
         self.recorder.record(&e.namespace, &e.name, ev);
     }
+
+    /// [`update_boot_noting`] for `e`'s machine, taking the steps the
+    /// recorder holds for it along into the same write (they go back to
+    /// the recorder when nothing is written).
+    pub async fn update_boot_noting(
+        &self,
+        e: &MachineEntry,
+        boot_id: &str,
+        note: &BootEvent,
+        f: impl Fn(&mut crate::api::BootRecord) -> bool,
+    ) -> Result<bool, StoreError> {
+        let held = self.recorder.take(&e.namespace, &e.name);
+        let mut notes = held.clone();
+        notes.push(note.clone());
+        let r = update_boot_noting(
+            self.store.as_ref(),
+            &e.namespace,
+            &e.name,
+            boot_id,
+            &notes,
+            f,
+        )
+        .await;
+        if !matches!(r, Ok(true)) {
+            self.recorder.give_back(&e.namespace, &e.name, held);
+        }
+        r
+    }
 }
 
 /// A boot-history step, timed now.
@@ -317,16 +345,16 @@ pub fn boot_event(
     }
 }
 
-/// [`update_boot`], with the boot-history step `note` appended in the same
+/// [`update_boot`], with the boot-history steps `notes` added in the same
 /// status write when `f` changed the record (one write, not two: in
 /// Kubernetes mode each is an API call). `Ok(false)`: nothing written, and
-/// the caller records `note` through the recorder if it still wants it.
+/// the caller records the steps through the recorder if it still wants them.
 pub async fn update_boot_noting(
     store: &dyn Store,
     ns: &str,
     name: &str,
     boot_id: &str,
-    note: &BootEvent,
+    notes: &[BootEvent],
     f: impl Fn(&mut crate::api::BootRecord) -> bool,
 ) -> Result<bool, StoreError> {
     let written = modify_obj::<Machine>(store, ns, name, Target::Status, |m| {
@@ -340,7 +368,7 @@ pub async fn update_boot_noting(
         if b.id != boot_id || !f(b) {
             return Ok(None);
         }
-        crate::directory::insert_boot_events(&mut st.boot_history, std::slice::from_ref(note));
+        crate::directory::insert_boot_events(&mut st.boot_history, notes);
         Ok(Some(m))
     })
     .await?;
