@@ -161,22 +161,10 @@ fn steps_written_late_take_their_place_in_time() {
 
 #[tokio::test]
 async fn a_flood_of_unauthenticated_steps_cannot_drop_a_call_home() {
-    let store: Arc<dyn Store> = Arc::new(crate::store::memory::MemoryStore::new());
-    store
-        .create(
-            Kind::Machine,
-            json!({
-                "apiVersion": "metalherd.dev/v1alpha1", "kind": "Machine",
-                "metadata": {"name": "m1"},
-                "spec": {"bmc": {"address": "ipmi://10.0.0.5", "credentialsSecretRef": {"name": "bmc"}}}
-            }),
-        )
-        .await
-        .unwrap();
-    let cancel = CancellationToken::new();
-    let rec = BootRecorder::spawn(store.clone(), cancel.clone());
-    // More script requests than the queue holds, before the writer runs
-    // (this runtime has one thread): the excess is dropped and counted...
+    let (store, rec, cancel, _writes) = counted().await;
+    // More script requests than a machine's held steps keep, before the
+    // writer runs (this runtime has one thread): the excess is dropped
+    // and counted...
     for _ in 0..5000 {
         rec.record("default", "m1", step("Script"));
     }
@@ -186,16 +174,7 @@ async fn a_flood_of_unauthenticated_steps_cannot_drop_a_call_home() {
     let mut got = vec![];
     for _ in 0..200 {
         tokio::time::sleep(Duration::from_millis(20)).await;
-        let m: Machine = store.get_obj("default", "m1").await.unwrap();
-        got = m
-            .status
-            .map(|s| {
-                s.boot_history
-                    .into_iter()
-                    .map(|e| e.step.to_string())
-                    .collect()
-            })
-            .unwrap_or_default();
+        got = history(&store).await;
         if got.iter().any(|s| s == "Installed") {
             break;
         }
