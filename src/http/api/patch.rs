@@ -18,7 +18,6 @@ use super::handlers::{
 };
 use super::writes::{Target, WriteQuery, Writer};
 use super::{ApiError, ApiState, Group};
-use crate::api::Kind;
 use crate::store::{modify, resource_version_of};
 
 pub async fn patch(
@@ -31,12 +30,7 @@ pub async fn patch(
 ) -> Res {
     let kind = namespaced_kind(group, &plural)?;
     let w = Writer::new(q, &headers)?;
-    let t = Target {
-        kind,
-        ns: &ns,
-        name: &name,
-        status: false,
-    };
+    let t = Target::new(kind, &ns, &name, false);
     patch_object(&st, t, &headers, &body, &w).await
 }
 
@@ -49,12 +43,7 @@ pub async fn patch_namespace(
     body: Bytes,
 ) -> Res {
     let w = Writer::new(q, &headers)?;
-    let t = Target {
-        kind: Kind::Namespace,
-        ns: "",
-        name: &name,
-        status: false,
-    };
+    let t = Target::namespace(&name);
     patch_object(&st, t, &headers, &body, &w).await
 }
 
@@ -68,12 +57,7 @@ pub async fn patch_status(
 ) -> Res {
     let kind = status_kind(group, &plural)?;
     let w = Writer::new(q, &headers)?;
-    let t = Target {
-        kind,
-        ns: &ns,
-        name: &name,
-        status: true,
-    };
+    let t = Target::new(kind, &ns, &name, true);
     patch_object(&st, t, &headers, &body, &w).await
 }
 

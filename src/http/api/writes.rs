@@ -183,12 +183,7 @@ pub async fn replace(
 ) -> Res {
     let kind = namespaced_kind(group, &plural)?;
     let w = Writer::new(q, &headers)?;
-    let target = Target {
-        kind,
-        ns: &ns,
-        name: &name,
-        status: false,
-    };
+    let target = Target::new(kind, &ns, &name, false);
     replace_object(&st, target, &headers, &body, &w).await
 }
 
@@ -201,12 +196,7 @@ pub async fn replace_namespace(
     body: Bytes,
 ) -> Res {
     let w = Writer::new(q, &headers)?;
-    let target = Target {
-        kind: Kind::Namespace,
-        ns: "",
-        name: &name,
-        status: false,
-    };
+    let target = Target::namespace(&name);
     replace_object(&st, target, &headers, &body, &w).await
 }
 
@@ -220,12 +210,7 @@ pub async fn replace_status(
 ) -> Res {
     let kind = status_kind(group, &plural)?;
     let w = Writer::new(q, &headers)?;
-    let target = Target {
-        kind,
-        ns: &ns,
-        name: &name,
-        status: true,
-    };
+    let target = Target::new(kind, &ns, &name, true);
     replace_object(&st, target, &headers, &body, &w).await
 }
 
@@ -239,7 +224,22 @@ pub(super) struct Target<'a> {
     pub(super) status: bool,
 }
 
-impl Target<'_> {
+impl<'a> Target<'a> {
+    /// The object `ns/name` of `kind`, or its `/status` when `status`.
+    pub(super) fn new(kind: Kind, ns: &'a str, name: &'a str, status: bool) -> Self {
+        Target {
+            kind,
+            ns,
+            name,
+            status,
+        }
+    }
+
+    /// The cluster-scoped Namespace `name`.
+    pub(super) fn namespace(name: &'a str) -> Self {
+        Target::new(Kind::Namespace, "", name, false)
+    }
+
     pub(super) fn not_found(&self) -> ApiError {
         StoreError::NotFound {
             kind: self.kind,
