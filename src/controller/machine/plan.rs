@@ -311,8 +311,14 @@ impl Step {
     /// (BMC settings and power, the Node, the address), so a crash right
     /// after one finds its record. Reading the inventory changes nothing:
     /// the registration before it goes out with the inventory itself.
+    /// Setting the next boot to the disk after an install is repeatable
+    /// and its marker (`diskBootFor`) follows it: the phase change before
+    /// it (`Provisioned`) goes out in the same write as the marker.
     pub fn needs_record_before(&self) -> bool {
-        !matches!(self, Step::ReadInventory)
+        !matches!(
+            self,
+            Step::ReadInventory | Step::SetBootOnce(BootDevice::Disk)
+        )
     }
 
     pub fn kind(&self) -> StepKind {
