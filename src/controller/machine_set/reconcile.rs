@@ -4,6 +4,12 @@
 //! so two sets (or two controller replicas) can never both claim a Machine:
 //! the second write is a conflict, and the machine is claimed by one.
 //!
+//! The set's Machines come from a watch-fed [`MachineCache`] (parsed once
+//! per change, not listed and parsed on every reconcile); the writes read
+//! their Machine from the store again, so a cache that lags can only cost a
+//! conflict and a retry, and each written Machine goes into the cache so
+//! the next reconcile sees the set's own write.
+//!
 //! Crash safety: the status (with the batch and its members) is written
 //! before any Machine is touched; a restart plans again from it and redoes
 //! only pins that did not land. A pin that landed is not repeated (the plan
@@ -16,6 +22,7 @@ use futures::StreamExt;
 use jiff::Timestamp;
 use tracing::Instrument;
 
+use super::cache::MachineCache;
 use super::metrics;
 use super::pin::pin_of;
 use super::plan::{Action, Health, Input, MachineView, plan};
@@ -33,9 +40,15 @@ const MACHINE_WRITES: usize = 64;
 /// How often a set with a batch in flight looks again (gate clocks).
 pub const GATE_POLL: Duration = Duration::from_secs(2);
 
+/// How long a reconcile waits for the Machine cache's first list before it
+/// gives the key back to the queue.
+const SYNC_WAIT: Duration = Duration::from_secs(1);
+
 /// Reconciles MachineSets.
 pub struct MachineSetReconciler {
     pub store: Arc<dyn Store>,
+    /// The Machines, kept in step with the store by its reflector.
+    pub machines: Arc<MachineCache>,
     pub prober: Arc<dyn Prober>,
     /// A target cluster is configured: Node Ready is part of the gate.
     pub cluster_configured: bool,
@@ -133,7 +146,7 @@ impl MachineSetReconciler {
                 l.remove(REVISION_LABEL);
             }
             match self.store.update_obj(&m).await {
-                Ok(_) => {}
+                Ok(m) => self.machines.put(m),
                 Err(e) if e.is_conflict() || e.is_not_found() => {}
                 Err(e) => return Err(e.into()),
             }
@@ -158,16 +171,21 @@ impl MachineSetReconciler {
             Err(e) if e.is_not_found() => return self.orphaned(key).await,
             Err(e) => return Err(e.into()),
         };
-        // One list of the namespace's Machines, split here: the set's
-        // claimed ones and its pool's candidates (two store lists cost two
-        // reads and parses of every Machine, on every Machine change).
+        // The namespace's Machines from the cache, split here: the set's
+        // claimed ones and its pool's candidates. Never from a cache that
+        // has not listed yet: it would look like an empty pool.
         let pool = Selector::from_label_selector(&set.spec.selector)
             .map_err(|e| SetError::Selector(e.to_string()))?;
-        let all: Vec<Machine> = self
-            .store
-            .list_obj(&ListOptions::namespace(&key.namespace))
-            .await?;
-        let (claimed, unclaimed): (Vec<Machine>, Vec<Machine>) = all
+        if tokio::time::timeout(SYNC_WAIT, self.machines.synced())
+            .await
+            .is_err()
+        {
+            tracing::debug!("machine cache not listed yet");
+            return Ok(Requeue::After(SYNC_WAIT));
+        }
+        let all = self.machines.machines(&key.namespace);
+        type Split = (Vec<Arc<Machine>>, Vec<Arc<Machine>>);
+        let (claimed, unclaimed): Split = all
             .into_iter()
             .filter(|m| labels(m).get(SET_LABEL).is_none_or(|s| *s == key.name))
             .partition(|m| labels(m).contains_key(SET_LABEL));
@@ -287,7 +305,7 @@ impl MachineSetReconciler {
             name: rev.class_name.clone(),
         });
         m.spec.overrides = rev.overrides.clone();
-        self.store.update_obj(&m).await?;
+        self.machines.put(self.store.update_obj(&m).await?);
         Ok(())
     }
 
@@ -304,6 +322,7 @@ impl MachineSetReconciler {
         if labels(&m).get(SET_LABEL) != Some(&set_name) {
             return Ok(());
         }
+        let before = (m.metadata.labels.clone(), m.spec.clone());
         let l = m.metadata.labels.get_or_insert_default();
         l.extend(set.spec.template.labels.clone());
         l.insert(REVISION_LABEL.into(), rev.revision.to_string());
@@ -311,7 +330,13 @@ impl MachineSetReconciler {
             name: rev.class_name.clone(),
         });
         m.spec.overrides = rev.overrides.clone();
-        self.store.update_obj(&m).await?;
+        if (m.metadata.labels.clone(), m.spec.clone()) == before {
+            // Pinned already (a plan from a cache that had not seen the
+            // pin yet): nothing to write, but the cache may take it.
+            self.machines.put(m);
+            return Ok(());
+        }
+        self.machines.put(self.store.update_obj(&m).await?);
         Ok(())
     }
 
@@ -333,7 +358,7 @@ impl MachineSetReconciler {
         }
         m.spec.class_ref = None;
         m.spec.overrides = None;
-        self.store.update_obj(&m).await?;
+        self.machines.put(self.store.update_obj(&m).await?);
         Ok(())
     }
 

@@ -1,8 +1,10 @@
 //! Starting the MachineSet controller inside `serve`: a runner fed by
 //! MachineSet watches, by Machine changes (a Machine concerns the set that
 //! claimed it, and every set while it is unclaimed, since it may join a
-//! pool), and by MachineClass changes (a class concerns the sets whose
-//! template names it: a new class version is a new revision of each).
+//! pool; the same reflector keeps the reconciler's [`MachineCache`], and
+//! takes each change into it before it wakes a set), and by MachineClass
+//! changes (a class concerns the sets whose template names it: a new class
+//! version is a new revision of each).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -11,6 +13,7 @@ use serde_json::Value;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
+use super::cache::MachineCache;
 use super::probe::HttpProber;
 use super::reconcile::MachineSetReconciler;
 use crate::api::Kind;
@@ -29,8 +32,10 @@ pub fn start_machine_set_controller(
     tasks: &mut JoinSet<()>,
     cancel: CancellationToken,
 ) {
+    let machines = MachineCache::new();
     let reconciler = MachineSetReconciler {
         store: store.clone(),
+        machines: machines.clone(),
         prober: Arc::new(HttpProber::new(Duration::from_secs(5))),
         cluster_configured,
     };
@@ -50,17 +55,22 @@ pub fn start_machine_set_controller(
         cancel.clone(),
     ));
     let (related, rx) = QueueHandle::channel();
-    for kind in [Kind::Machine, Kind::MachineClass] {
-        tasks.spawn(feed(
-            store.clone(),
-            kind,
-            ListOptions::default(),
-            related_key(kind),
-            related.clone(),
-            RELIST,
-            cancel.clone(),
-        ));
-    }
+    let machine_keys = related_key(Kind::Machine);
+    let wake = related.clone();
+    tasks.spawn(
+        machines.run(store.clone(), RELIST, cancel.clone(), move |v| {
+            machine_keys(v).into_iter().for_each(|k| wake.enqueue(k))
+        }),
+    );
+    tasks.spawn(feed(
+        store.clone(),
+        Kind::MachineClass,
+        ListOptions::default(),
+        related_key(Kind::MachineClass),
+        related,
+        RELIST,
+        cancel.clone(),
+    ));
     tasks.spawn(fan_out(store, rx, queue, cancel.clone()));
     tasks.spawn(runner.run(cancel));
 }

@@ -3,6 +3,9 @@
 //! over one pool never share a Machine, checked from the Machine watch
 //! stream (a claim label, once set, never changes to another set); a
 //! claimed machine renders from its revision's snapshot, not the live class.
+//! Each reconciler reads its Machines from its own watch-fed cache, as in
+//! `serve`; the racing sets reconcile without waiting for their caches to
+//! catch up, so stale views meet in the store.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -10,6 +13,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use futures::StreamExt;
 
+use super::cache::MachineCache;
 use super::plan::cond;
 use super::plan::tests::class;
 use super::probe::Prober;
@@ -32,21 +36,64 @@ impl Prober for NoProbe {
 
 struct Env {
     store: Arc<dyn Store>,
+    cancel: tokio_util::sync::CancellationToken,
     _dir: tempfile::TempDir,
+}
+
+impl Drop for Env {
+    fn drop(&mut self) {
+        self.cancel.cancel();
+    }
 }
 
 fn env() -> Env {
     let dir = tempfile::tempdir().unwrap();
     let store: Arc<dyn Store> = Arc::new(EmbeddedStore::open(&dir.path().join("s.redb")).unwrap());
-    Env { store, _dir: dir }
+    Env {
+        store,
+        cancel: tokio_util::sync::CancellationToken::new(),
+        _dir: dir,
+    }
 }
 
+/// A reconciler with its own Machine cache, fed by the store's watch.
 fn reconciler(e: &Env) -> MachineSetReconciler {
+    let machines = MachineCache::new();
+    tokio::spawn(machines.clone().run(
+        e.store.clone(),
+        std::time::Duration::from_millis(50),
+        e.cancel.clone(),
+        |_| {},
+    ));
     MachineSetReconciler {
         store: e.store.clone(),
+        machines,
         prober: Arc::new(NoProbe),
         cluster_configured: false,
     }
+}
+
+/// Wait until the reconciler's cache holds every Machine at the version
+/// the store has now.
+async fn caught_up(r: &MachineSetReconciler) {
+    for _ in 0..3000 {
+        let ms: Vec<Machine> = r.store.list_obj(&ListOptions::default()).await.unwrap();
+        let cached = r.machines.machines("default");
+        let same = r.machines.is_synced()
+            && cached.len() == ms.len()
+            && ms.iter().all(|m| {
+                let name = m.metadata.name.as_deref().unwrap_or_default();
+                r.machines
+                    .get("default", name)
+                    .map(|c| c.metadata.resource_version.clone())
+                    == Some(m.metadata.resource_version.clone())
+            });
+        if same {
+            return;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    panic!("the Machine cache did not catch up with the store");
 }
 
 async fn available(e: &Env, name: &str) {
@@ -129,7 +176,14 @@ async fn claims(e: &Env) -> BTreeMap<String, String> {
         .collect()
 }
 
+/// Reconcile a set once its reconciler's cache has seen every write so far.
 async fn reconcile(r: &MachineSetReconciler, name: &str) {
+    caught_up(r).await;
+    reconcile_now(r, name).await;
+}
+
+/// Reconcile from whatever the cache holds now.
+async fn reconcile_now(r: &MachineSetReconciler, name: &str) {
     r.reconcile(&ObjectKey::new("default", name)).await.unwrap();
 }
 
@@ -217,10 +271,10 @@ async fn two_sets_racing_for_one_pool_never_share_a_machine() {
     let (r1, r2) = (reconciler(&e), reconciler(&e));
     for _ in 0..4 {
         tokio::join!(
-            reconcile(&r1, "a"),
-            reconcile(&r2, "b"),
-            reconcile(&r2, "a"),
-            reconcile(&r1, "b"),
+            reconcile_now(&r1, "a"),
+            reconcile_now(&r2, "b"),
+            reconcile_now(&r2, "a"),
+            reconcile_now(&r1, "b"),
         );
     }
     let c = claims(&e).await;
