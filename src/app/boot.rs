@@ -32,7 +32,7 @@ pub(super) async fn start(
     // The boot directory: MAC/IP -> Machine index for the boot services.
     let directory = crate::directory::Directory::new();
     tasks.spawn(directory.clone().run(store.clone(), cancel.clone()));
-    let recorder = crate::directory::BootRecorder::spawn(store.clone(), cancel.clone());
+    let recorder = crate::directory::BootRecorder::spawn_in(store.clone(), cancel.clone(), tasks);
 
     let mut lease_releaser = None;
     let mut lease_view = None;

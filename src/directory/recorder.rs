@@ -81,11 +81,24 @@ impl BootRecorder {
     /// dropped or `cancel` fires, the step writer after writing what is
     /// held.
     pub fn spawn(store: Arc<dyn Store>, cancel: CancellationToken) -> BootRecorder {
+        let mut tasks = tokio::task::JoinSet::new();
+        let recorder = Self::spawn_in(store, cancel, &mut tasks);
+        tasks.detach_all();
+        recorder
+    }
+
+    /// [`Self::spawn`], with the writer tasks in `tasks`, so a shutdown
+    /// that waits for them lets the step writer write what is held.
+    pub fn spawn_in(
+        store: Arc<dyn Store>,
+        cancel: CancellationToken,
+        tasks: &mut tokio::task::JoinSet<()>,
+    ) -> BootRecorder {
         let (later_tx, later_rx) = mpsc::channel(4096);
         let (now_tx, now_rx) = mpsc::channel(1024);
         let (warn_tx, warn_rx) = mpsc::channel(256);
         let held = Arc::default();
-        tokio::spawn(write_warnings(store.clone(), warn_rx, cancel.clone()));
+        tasks.spawn(write_warnings(store.clone(), warn_rx, cancel.clone()));
         let writer = Writer {
             store,
             held: Arc::clone(&held),
@@ -93,7 +106,7 @@ impl BootRecorder {
             now_rx,
             waiting: None,
         };
-        tokio::spawn(writer.run(cancel));
+        tasks.spawn(writer.run(cancel));
         BootRecorder {
             held,
             later_tx,

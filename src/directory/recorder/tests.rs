@@ -184,15 +184,8 @@ async fn a_flood_of_unauthenticated_steps_cannot_drop_a_call_home() {
     cancel.cancel();
 }
 
-/// A memory store with Machine `m1`, a recorder on it, and a counter of
-/// the writes to `m1` (from a watch).
-async fn counted() -> (
-    Arc<dyn Store>,
-    BootRecorder,
-    CancellationToken,
-    Arc<std::sync::atomic::AtomicUsize>,
-) {
-    use futures::StreamExt;
+/// A memory store with Machine `m1`.
+async fn store_with_m1() -> Arc<dyn Store> {
     let store: Arc<dyn Store> = Arc::new(crate::store::memory::MemoryStore::new());
     store
         .create(
@@ -205,6 +198,19 @@ async fn counted() -> (
         )
         .await
         .unwrap();
+    store
+}
+
+/// A memory store with Machine `m1`, a recorder on it, and a counter of
+/// the writes to `m1` (from a watch).
+async fn counted() -> (
+    Arc<dyn Store>,
+    BootRecorder,
+    CancellationToken,
+    Arc<std::sync::atomic::AtomicUsize>,
+) {
+    use futures::StreamExt;
+    let store = store_with_m1().await;
     let mut w = store
         .watch(
             Kind::Machine,
@@ -310,4 +316,17 @@ async fn dropping_every_recorder_writes_what_is_held() {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     assert_eq!(got, ["Script"]);
+}
+
+#[tokio::test]
+async fn a_shutdown_that_waits_for_the_writer_gets_what_is_held_written() {
+    let store = store_with_m1().await;
+    let cancel = CancellationToken::new();
+    let mut tasks = tokio::task::JoinSet::new();
+    let rec = BootRecorder::spawn_in(store.clone(), cancel.clone(), &mut tasks);
+    rec.record("default", "m1", step("Script"));
+    // Shutdown begins well within the hold; the app waits for its tasks.
+    cancel.cancel();
+    while tasks.join_next().await.is_some() {}
+    assert_eq!(history(&store).await, ["Script"]);
 }
