@@ -11,7 +11,8 @@
 //! its own writes before the watch brings them back, the reconciler hands
 //! each written Machine to [`MachineCache::put`]; an entry is only ever
 //! replaced by a newer resourceVersion, so a late watch event cannot undo
-//! it.
+//! it, and a deletion is remembered (until the next list) so a write's
+//! answer taken after it cannot bring the Machine back.
 //!
 //! A reconcile waits for [`MachineCache::synced`] (the first complete
 //! list) before it reads: an empty view before that would look like an
@@ -61,16 +62,24 @@ impl Entry {
 /// Namespace → name → Machine.
 type Namespaces = HashMap<String, BTreeMap<String, Entry>>;
 
+#[derive(Default)]
+struct View {
+    machines: Namespaces,
+    /// Deleted since the last list, with the deletion's version: a write's
+    /// answer that arrives after the deletion must not bring it back.
+    gone: HashMap<(String, String), u64>,
+}
+
 /// Parsed Machines of every namespace, kept in step with the store.
 pub struct MachineCache {
-    machines: RwLock<Namespaces>,
+    view: RwLock<View>,
     synced: watch::Sender<bool>,
 }
 
 impl Default for MachineCache {
     fn default() -> Self {
         MachineCache {
-            machines: RwLock::new(HashMap::new()),
+            view: RwLock::new(View::default()),
             synced: watch::Sender::new(false),
         }
     }
@@ -95,18 +104,22 @@ impl MachineCache {
 
     /// Every Machine of `namespace`, by name.
     pub fn machines(&self, namespace: &str) -> Vec<Arc<Machine>> {
-        let Ok(all) = self.machines.read() else {
+        let Ok(v) = self.view.read() else {
             return Vec::new();
         };
-        all.get(namespace)
+        v.machines
+            .get(namespace)
             .map(|ms| ms.values().map(|e| e.machine.clone()).collect())
             .unwrap_or_default()
     }
 
     /// One cached Machine.
     pub fn get(&self, namespace: &str, name: &str) -> Option<Arc<Machine>> {
-        let all = self.machines.read().ok()?;
-        all.get(namespace)?.get(name).map(|e| e.machine.clone())
+        let v = self.view.read().ok()?;
+        v.machines
+            .get(namespace)?
+            .get(name)
+            .map(|e| e.machine.clone())
     }
 
     /// Take a Machine as the store returned it after a write (or as the
@@ -121,10 +134,18 @@ impl MachineCache {
             return;
         };
         let e = Entry::new(machine);
-        let Ok(mut all) = self.machines.write() else {
+        let Ok(mut v) = self.view.write() else {
             return;
         };
-        let ms = all.entry(ns).or_default();
+        let key = (ns, name);
+        if let Some(deleted) = v.gone.get(&key) {
+            if e.version.is_some_and(|n| n <= *deleted) {
+                return;
+            }
+            v.gone.remove(&key);
+        }
+        let (ns, name) = key;
+        let ms = v.machines.entry(ns).or_default();
         match ms.get(&name) {
             Some(old) if old.newer_than(e.version) => {}
             _ => {
@@ -160,35 +181,42 @@ impl MachineCache {
                 Err(e) => tracing::warn!(error = %e, "cannot read a listed Machine"),
             }
         }
-        let Ok(mut all) = self.machines.write() else {
+        let Ok(mut v) = self.view.write() else {
             return;
         };
         for (ns, ms) in fresh.iter_mut() {
             for (name, e) in ms.iter_mut() {
-                if let Some(old) = all.get(ns).and_then(|o| o.get(name))
+                if let Some(old) = v.machines.get(ns).and_then(|o| o.get(name))
                     && old.newer_than(e.version)
                 {
                     *e = old.clone();
                 }
             }
         }
-        *all = fresh;
-        drop(all);
+        *v = View {
+            machines: fresh,
+            gone: HashMap::new(),
+        };
+        drop(v);
         self.synced.send_replace(true);
     }
 
     /// A deleted Machine leaves the view (unless a newer version of the
-    /// name was taken meanwhile: created again).
-    fn remove(&self, v: &Value) {
-        let (ns, name) = key_of(v);
-        let version = resource_version_of(v).and_then(|s| s.parse().ok());
-        let Ok(mut all) = self.machines.write() else {
+    /// name was taken meanwhile: created again), and is remembered as gone
+    /// at that version until the next list.
+    fn remove(&self, obj: &Value) {
+        let (ns, name) = key_of(obj);
+        let version = resource_version_of(obj).and_then(|s| s.parse().ok());
+        let Ok(mut v) = self.view.write() else {
             return;
         };
-        if let Some(ms) = all.get_mut(&ns)
+        if let Some(ms) = v.machines.get_mut(&ns)
             && ms.get(&name).is_some_and(|old| !old.newer_than(version))
         {
             ms.remove(&name);
+        }
+        if let Some(n) = version {
+            v.gone.insert((ns, name), n);
         }
     }
 

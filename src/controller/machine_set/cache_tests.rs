@@ -108,6 +108,14 @@ fn an_own_write_is_not_undone_by_a_late_watch_event_or_a_relist() {
         "rack1", "m1", "12", "c",
     ))));
     assert!(view(&c, "rack1").is_empty());
+    // The answer to a write made before the deletion, taken after it, does
+    // not bring the machine back; a machine created again does come back.
+    c.put(parsed(machine("rack1", "m1", "12", "c")));
+    assert!(view(&c, "rack1").is_empty());
+    c.apply(&changed(WatchEvent::Added(machine(
+        "rack1", "m1", "13", "d",
+    ))));
+    assert_eq!(view(&c, "rack1"), [row("m1", "13", "d")]);
 }
 
 #[test]
