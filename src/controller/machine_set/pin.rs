@@ -3,10 +3,29 @@
 //! to reimage) and the boot server (to render iPXE and Ignition) both ask
 //! here, so a class edited in place reaches a set's machines only through a
 //! new revision rolled in batches, and `undo` can return to an old one.
+//!
+//! Both ask on every look at a pinned machine, so the set is read lean:
+//! only its revisions are decoded, its batches (50 members each, the last
+//! ten kept, the bulk of a large set's JSON) are skipped unparsed.
+
+use serde::Deserialize;
 
 use crate::api::machine_set::{REVISION_LABEL, SET_LABEL, SetRevision};
-use crate::api::{Machine, MachineClass, MachineSet};
-use crate::store::{Store, StoreError, TypedStore};
+use crate::api::{Kind, Machine, MachineClass};
+use crate::store::{Store, StoreError};
+
+/// The part of a MachineSet a pinned machine needs: its revisions.
+#[derive(Deserialize)]
+struct Revisions {
+    #[serde(default)]
+    status: Option<RevisionsStatus>,
+}
+
+#[derive(Deserialize)]
+struct RevisionsStatus {
+    #[serde(default)]
+    revisions: Vec<SetRevision>,
+}
 
 /// The set and revision a machine is pinned to, from its labels.
 pub fn pin_of(m: &Machine) -> Option<(&str, i64)> {
@@ -34,11 +53,13 @@ pub async fn pinned_class(
         return Ok(None);
     };
     let ns = m.metadata.namespace.as_deref().unwrap_or("default");
-    let s: MachineSet = match store.get_obj(ns, set).await {
-        Ok(s) => s,
+    let json = match store.get_json(Kind::MachineSet, ns, set).await {
+        Ok(j) => j,
         Err(e) if e.is_not_found() => return Ok(None),
         Err(e) => return Err(e),
     };
+    let s: Revisions = serde_json::from_slice(&json)
+        .map_err(|e| StoreError::Malformed(format!("{}: {e}", Kind::MachineSet)))?;
     let found = s
         .status
         .as_ref()
