@@ -1,8 +1,15 @@
 //! The store's shared test suite (src/store/suite.rs) against the
-//! Kubernetes backend: each test starts its own `metalherd serve` (the
-//! stand-in API server, controller off, a separate process) and points a
-//! `KubernetesStore` at it through the kubeconfig `metalherd kubeconfig`
-//! prints, TLS verified and with the token, as any kube-rs client would.
+//! Kubernetes backend, on two API servers, as a differential (what passes
+//! on one must pass on the other):
+//! - `kube_apiserver`: the real kube-apiserver and etcd that
+//!   scripts/kubernetes-build builds (tests/common/control_plane.rs), one
+//!   per test binary with deploy/crds/ installed; the suite's tests take
+//!   it in turn, each starting from namespaces emptied of its kinds.
+//! - `stand_in`: each test starts its own `metalherd serve` (the stand-in
+//!   API server, controller off, a separate process).
+//!
+//! Both are reached through a kubeconfig, TLS verified and with a token,
+//! as any kube-rs client would.
 //! The suite is included from the library's source rather than exported
 //! from it, so the library ships no test code; it runs here because only
 //! integration tests get the `metalherd` binary's path.
@@ -44,10 +51,67 @@ pub async fn stand_in_store() -> (Server, Arc<dyn Store>) {
     (s, store)
 }
 
-mod kubernetes {
+mod stand_in {
     async fn open() -> super::suite::Opened {
         let (server, store) = super::stand_in_store().await;
         (Box::new(server), store)
+    }
+    all_tests!(open);
+}
+
+/// The shared kube-apiserver, held by one suite test at a time, with the
+/// suite's namespaces (`default`, `lab`) emptied of every kind it writes.
+pub async fn kube_apiserver_store() -> (
+    tokio::sync::MutexGuard<'static, ()>,
+    Arc<common::control_plane::ControlPlane>,
+    Arc<dyn Store>,
+) {
+    // Each suite test runs on a runtime of its own: a lock that is not
+    // tied to one.
+    static TURN: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+    let turn = TURN.lock().await;
+    let cp = tokio::task::spawn_blocking(|| {
+        let cp = common::control_plane::shared();
+        cp.namespace("lab");
+        cp
+    })
+    .await
+    .unwrap();
+    let store = metalherd::store::open(&metalherd::store::StoreConfig::Kubernetes {
+        kubeconfig: Some(cp.admin_kubeconfig()),
+        namespace: None,
+    })
+    .await
+    .unwrap_or_else(|e| panic!("open the Kubernetes store on kube-apiserver: {e}"));
+    for kind in [
+        Kind::Machine,
+        Kind::MachineSet,
+        Kind::MachineClass,
+        Kind::Secret,
+        Kind::Event,
+    ] {
+        for ns in ["default", "lab"] {
+            let list = store.list(kind, &ListOptions::namespace(ns)).await.unwrap();
+            for mut obj in list.items {
+                let name = obj["metadata"]["name"].as_str().unwrap().to_string();
+                if obj["metadata"]["finalizers"]
+                    .as_array()
+                    .is_some_and(|f| !f.is_empty())
+                {
+                    obj["metadata"]["finalizers"] = serde_json::json!([]);
+                    let _ = store.update(kind, obj).await;
+                }
+                let _ = store.delete(kind, ns, &name).await;
+            }
+        }
+    }
+    (turn, cp, store)
+}
+
+mod kube_apiserver {
+    async fn open() -> super::suite::Opened {
+        let (turn, cp, store) = super::kube_apiserver_store().await;
+        (Box::new((turn, cp)), store)
     }
     all_tests!(open);
 }

@@ -137,13 +137,26 @@ pub enum BootMode {
 }
 
 /// Static network settings of the provisioned server.
+// The CEL rule repeats the gateway check of src/api/validate/machine.rs, so
+// a cluster's API server refuses a gateway outside the subnet with the same
+// words (the syntax of each field is left to the webhook).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[schemars(extend("x-kubernetes-validations" = [{
+    "rule": "!has(self.address) || !has(self.gateway) || !isCIDR(self.address) || !isIP(self.gateway) || cidr(self.address).containsIP(self.gateway)",
+    "fieldPath": ".gateway",
+    "messageExpression": "self.gateway + ' is outside the subnet of spec.network.address ' + self.address",
+}]))]
 pub struct MachineNetwork {
     /// Address with prefix length, `10.0.0.7/24`.
+    // The length bounds keep the CEL rule's estimated cost within
+    // kube-apiserver's budget; the longest IPv6 address with a prefix is 43
+    // characters.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 64))]
     pub address: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 64))]
     pub gateway: Option<String>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub dns: Vec<String>,

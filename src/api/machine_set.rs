@@ -67,6 +67,13 @@ pub const DEFAULT_REVISION_HISTORY: i32 = 10;
     )
 )]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
+// The CEL rule repeats src/api/validate/machine_set.rs (SET_LABEL) so a
+// cluster's API server refuses the same selector with the same words.
+#[schemars(extend("x-kubernetes-validations" = [{
+    "rule": "!has(self.selector.matchLabels) || !('metalherd.dev/machineset' in self.selector.matchLabels)",
+    "fieldPath": ".selector.matchLabels",
+    "message": "metalherd.dev/machineset is set by metalherd when a set claims a machine; select the pool by other labels",
+}]))]
 pub struct MachineSetSpec {
     #[schemars(range(min = 0))]
     pub replicas: i32,
@@ -105,8 +112,15 @@ pub struct MachineTemplate {
     pub overrides: Option<MachineOverrides>,
 }
 
+// The CEL rule repeats src/api/validate/machine_set.rs so a cluster's API
+// server refuses `Replace` with the same field and words.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[schemars(extend("x-kubernetes-validations" = [{
+    "rule": "!has(self.type) || self.type != 'Replace'",
+    "fieldPath": ".type",
+    "message": "Replace is not implemented yet; use InPlace (reimage each machine in place)",
+}]))]
 pub struct UpdateStrategy {
     /// `InPlace` (default). `Replace` is refused until it exists.
     #[serde(default, rename = "type", skip_serializing_if = "Option::is_none")]

@@ -243,7 +243,51 @@ pub fn crds_yaml() -> anyhow::Result<String> {
     let mut out = String::new();
     for crd in crds() {
         out.push_str("---\n");
-        out.push_str(&serde_yaml::to_string(crd)?);
+        for line in serde_yaml::to_string(crd)?.lines() {
+            out.push_str(&quote_yaml11_booleans(line));
+            out.push('\n');
+        }
     }
     Ok(out)
+}
+
+/// A list item that YAML 1.2 (serde_yaml) writes bare but YAML 1.1 reads
+/// as a boolean, quoted: kubectl's YAML reader is YAML 1.1, so a bare
+/// `- On` in an enum of strings would reach kube-apiserver as `true` (and
+/// the Machine CRD's `powerState` would refuse "On").
+fn quote_yaml11_booleans(line: &str) -> std::borrow::Cow<'_, str> {
+    // true/false are booleans in YAML 1.2 too, so serde_yaml quotes them.
+    const BOOLISH: [&str; 16] = [
+        "y", "Y", "yes", "Yes", "YES", "n", "N", "no", "No", "NO", "on", "On", "ON", "off", "Off",
+        "OFF",
+    ];
+    let trimmed = line.trim_start();
+    let indent = &line[..line.len() - trimmed.len()];
+    match trimmed.strip_prefix("- ") {
+        Some(item) if BOOLISH.contains(&item) => format!("{indent}- '{item}'").into(),
+        _ => line.into(),
+    }
+}
+
+#[cfg(test)]
+mod crd_yaml_tests {
+    #[test]
+    fn enum_words_yaml_1_1_reads_as_booleans_are_quoted() {
+        let yaml = super::crds_yaml().unwrap_or_default();
+        assert!(yaml.contains("- 'On'") && yaml.contains("- 'Off'"));
+        assert!(
+            !yaml
+                .lines()
+                .any(|l| l.trim() == "- On" || l.trim() == "- Off")
+        );
+        // The same CRDs come back.
+        let back: Vec<serde_json::Value> = serde_yaml::Deserializer::from_str(&yaml)
+            .map(|d| serde::Deserialize::deserialize(d).unwrap_or_default())
+            .collect();
+        let want: Vec<serde_json::Value> = super::crds()
+            .iter()
+            .map(|c| serde_json::to_value(c).unwrap_or_default())
+            .collect();
+        assert_eq!(back, want);
+    }
 }

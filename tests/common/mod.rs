@@ -7,6 +7,7 @@ pub mod bmc_proxy;
 pub mod boot_server;
 pub mod bootlab;
 pub mod browser;
+pub mod control_plane;
 pub mod deploy;
 pub mod dhcp_clients;
 pub mod dhcp_serve;
@@ -104,4 +105,60 @@ pub fn unique(prefix: &str) -> String {
 pub fn free_port() -> u16 {
     let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
     l.local_addr().expect("addr").port()
+}
+
+/// An API server a test declares objects in: the stand-in (`metalherd
+/// serve`) or a real kube-apiserver ([`control_plane::ControlPlane`]).
+pub trait Api {
+    /// An authorized JSON request: (status code, JSON body or Null).
+    fn req(
+        &self,
+        method: &str,
+        path: &str,
+        body: Option<&serde_json::Value>,
+    ) -> (u16, serde_json::Value);
+    /// The server's log, for failure messages.
+    fn api_log(&self) -> String;
+}
+
+impl Api for server::Server {
+    fn req(
+        &self,
+        method: &str,
+        path: &str,
+        body: Option<&serde_json::Value>,
+    ) -> (u16, serde_json::Value) {
+        server::Server::req(self, method, path, body)
+    }
+    fn api_log(&self) -> String {
+        self.log()
+    }
+}
+
+impl Api for control_plane::ControlPlane {
+    fn req(
+        &self,
+        method: &str,
+        path: &str,
+        body: Option<&serde_json::Value>,
+    ) -> (u16, serde_json::Value) {
+        control_plane::ControlPlane::req(self, method, path, body)
+    }
+    fn api_log(&self) -> String {
+        rack::tail(&self.log("kube-apiserver"), 40)
+    }
+}
+
+impl<T: Api + ?Sized> Api for std::sync::Arc<T> {
+    fn req(
+        &self,
+        method: &str,
+        path: &str,
+        body: Option<&serde_json::Value>,
+    ) -> (u16, serde_json::Value) {
+        (**self).req(method, path, body)
+    }
+    fn api_log(&self) -> String {
+        (**self).api_log()
+    }
 }

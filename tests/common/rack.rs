@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
+use super::Api;
 use super::proc::wait_for;
-use super::server::Server;
 
 /// A config file with the controller polling every second (and `extra`
 /// YAML lines appended under `controller:`, indented by the caller's
@@ -19,7 +19,7 @@ pub fn controller_config(extra: &str, sections: &str) -> String {
     )
 }
 
-pub fn put_secret(api: &Server, name: &str, user: &str, password: &str) {
+pub fn put_secret(api: &impl Api, name: &str, user: &str, password: &str) {
     let (code, body) = api.req(
         "POST",
         "/api/v1/namespaces/default/secrets",
@@ -76,7 +76,7 @@ pub fn flatcar_class(dir: &std::path::Path) -> Value {
 }
 
 /// The bootstrap-token Secret `join` the classes name.
-pub fn put_join_secret(api: &Server) {
+pub fn put_join_secret(api: &impl Api) {
     let join = json!({"apiVersion": "v1", "kind": "Secret",
         "metadata": {"name": "join", "namespace": "default"},
         "stringData": {"token": "abcdef.0123456789abcdef"}});
@@ -85,7 +85,7 @@ pub fn put_join_secret(api: &Server) {
 }
 
 /// Create a Machine with `spec` (must hold `bmc`).
-pub fn put_machine(api: &Server, name: &str, spec: Value) {
+pub fn put_machine(api: &impl Api, name: &str, spec: Value) {
     let (code, body) = api.req(
         "POST",
         "/apis/metalherd.dev/v1alpha1/namespaces/default/machines",
@@ -102,7 +102,7 @@ pub fn bmc_spec(address: &str, secret: &str) -> Value {
     json!({"address": address, "credentialsSecretRef": {"name": secret}})
 }
 
-pub fn get_machine(api: &Server, name: &str) -> Option<Value> {
+pub fn get_machine(api: &impl Api, name: &str) -> Option<Value> {
     let (code, body) = api.req(
         "GET",
         &format!("/apis/metalherd.dev/v1alpha1/namespaces/default/machines/{name}"),
@@ -126,7 +126,7 @@ pub fn condition<'a>(m: &'a Value, type_: &str) -> Option<&'a Value> {
 
 /// Wait until `pred` holds for the Machine; panic with it and the log.
 pub fn wait_machine(
-    api: &Server,
+    api: &impl Api,
     name: &str,
     timeout: Duration,
     what: &str,
@@ -141,17 +141,17 @@ pub fn wait_machine(
         None => panic!(
             "machine {name} never became {what}; now:\n{:#}\nlog tail:\n{}",
             get_machine(api, name).unwrap_or(Value::Null),
-            tail(&api.log(), 60)
+            tail(&api.api_log(), 60)
         ),
     }
 }
 
-pub fn wait_phase(api: &Server, name: &str, want: &str, timeout: Duration) -> Value {
+pub fn wait_phase(api: &impl Api, name: &str, want: &str, timeout: Duration) -> Value {
     wait_machine(api, name, timeout, want, |m| phase(m) == want)
 }
 
 /// Events about one object (reason, count, message).
-pub fn events(api: &Server, name: &str) -> Vec<(String, u64, String)> {
+pub fn events(api: &impl Api, name: &str) -> Vec<(String, u64, String)> {
     let (_, body) = api.req("GET", "/api/v1/namespaces/default/events", None);
     body["items"]
         .as_array()

@@ -131,10 +131,10 @@ fn validate_network(net: &MachineNetwork, errs: &mut ValidationErrors) {
                 {
                     errs.push(
                         "spec.network.gateway",
-                        format!(
-                            "{gw} is outside the subnet {} of spec.network.address",
-                            n.trunc()
-                        ),
+                        // Worded as the CRD's CEL rule can say it (a
+                        // masked prefix costs more than kube-apiserver's
+                        // CEL budget allows).
+                        format!("{g} is outside the subnet of spec.network.address {n}"),
                     );
                 }
             }

@@ -101,11 +101,19 @@ impl Call<'_> {
                 oldest: "unknown (the API server compacted it)".into(),
             },
             // A refused watch request can only be about its version (the
-            // selector was parsed here before): the stand-in answers 400,
-            // a kube-apiserver may call it Invalid.
+            // selector was parsed here before): the stand-in answers 400;
+            // kube-apiserver answers 500 `resourceVersion: Invalid value`
+            // for one it cannot parse.
             (400 | 422, _) if self.verb == "watch" => StoreError::BadResourceVersion(
                 self.resource_version.unwrap_or_default().to_string(),
             ),
+            (500, _)
+                if self.verb == "watch" && s.message.contains("resourceVersion: Invalid value") =>
+            {
+                StoreError::BadResourceVersion(
+                    self.resource_version.unwrap_or_default().to_string(),
+                )
+            }
             (422, _) => StoreError::Invalid(invalid(s)),
             (403, _) => StoreError::Forbidden {
                 verb: self.verb,
@@ -255,6 +263,18 @@ mod tests {
         }
         assert!(matches!(
             call("get").status_error(&s(500, "InternalError")),
+            StoreError::Backend(_)
+        ));
+        // What kube-apiserver v1.34 answers a watch from a version it
+        // cannot parse (tests/store_kubernetes.rs meets it for real).
+        let unparsable = status(json!({"code": 500, "reason": "InternalError",
+            "message": "resourceVersion: Invalid value: \"x\": strconv.ParseUint: parsing \"x\": invalid syntax"}));
+        assert!(matches!(
+            call("watch").status_error(&unparsable),
+            StoreError::BadResourceVersion(_)
+        ));
+        assert!(matches!(
+            call("list").status_error(&unparsable),
             StoreError::Backend(_)
         ));
     }

@@ -1,0 +1,516 @@
+//! A real Kubernetes control plane for a test: etcd and kube-apiserver
+//! (and kube-controller-manager when asked), the release
+//! `scripts/kubernetes-build` builds from the Go module proxy, started in
+//! a temp directory with PKI generated here, on loopback, with an audit
+//! log of every request. Tests reach it through an admin kubeconfig (a
+//! static token in `system:masters`) or through tokens of their own.
+//!
+//! One control plane serves a whole test binary ([`shared`]): its
+//! processes are spawned from a keeper thread that lives as long as the
+//! test process and carry a parent-death signal, so they are killed when
+//! the test binary exits, also when a test fails. Tests on a shared
+//! control plane keep to namespaces of their own ([`ControlPlane::namespace`]).
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+use super::proc::{ChildGuard, wait_for};
+use super::server::text;
+use super::{free_port, repo_root};
+
+/// The Kubernetes release the tests run against (scripts/kubernetes-build).
+pub const KUBE_VERSION: &str = "v1.34.4";
+
+/// Where the built binaries are: `METALHERD_KUBE_BIN`, else what
+/// `scripts/kubernetes-build` prints (it builds them when missing, loudly).
+pub fn kube_bin_dir() -> PathBuf {
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    DIR.get_or_init(|| {
+        if let Some(d) = std::env::var_os("METALHERD_KUBE_BIN") {
+            return PathBuf::from(d);
+        }
+        let out = Command::new(repo_root().join("scripts/kubernetes-build"))
+            .output()
+            .expect("run scripts/kubernetes-build");
+        let (stdout, stderr) = text(&out);
+        assert!(
+            out.status.success(),
+            "scripts/kubernetes-build failed:\n{stderr}"
+        );
+        PathBuf::from(stdout.lines().last().unwrap_or_default().trim())
+    })
+    .clone()
+}
+
+/// The path of one built binary (`kube-apiserver`, `etcd`, `kubectl`, ...).
+pub fn kube_bin(name: &str) -> PathBuf {
+    let p = kube_bin_dir().join(name);
+    assert!(
+        p.is_file(),
+        "{} is missing: run scripts/kubernetes-build",
+        p.display()
+    );
+    p
+}
+
+/// What a test asks of its control plane.
+#[derive(Clone, Copy, Default)]
+pub struct Options {
+    /// Also run kube-controller-manager (CSR signing, namespace deletion,
+    /// garbage collection, Node lifecycle).
+    pub controller_manager: bool,
+}
+
+pub struct ControlPlane {
+    pub dir: tempfile::TempDir,
+    /// `https://127.0.0.1:PORT`
+    pub url: String,
+    /// The admin's static token (group `system:masters`).
+    pub token: String,
+    /// A static token for [`METALHERD_USER`] (group `system:masters`).
+    pub metalherd_token: String,
+    /// How long etcd and kube-apiserver took to answer `/readyz`.
+    pub started_in: Duration,
+    procs: Mutex<Vec<ChildGuard>>,
+}
+
+/// The users of the static token file: the test's admin, and an admin
+/// user for metalherd, so the audit log tells metalherd's requests from
+/// the test's.
+const ADMIN_USER: &str = "metalherd-test-admin";
+pub const METALHERD_USER: &str = "metalherd";
+
+impl ControlPlane {
+    /// Start etcd and kube-apiserver (and kube-controller-manager when
+    /// asked) and wait until the API server is ready; the CRDs are not
+    /// installed ([`ControlPlane::install_crds`]).
+    pub fn start(opts: Options) -> ControlPlane {
+        let t0 = Instant::now();
+        let dir = tempfile::tempdir().expect("tempdir");
+        let d = dir.path();
+        let pki = Pki::generate(d);
+        let token = format!("admin-{:016x}", rand::random::<u64>());
+        let metalherd_token = format!("metalherd-{:016x}", rand::random::<u64>());
+        std::fs::write(
+            d.join("tokens.csv"),
+            format!(
+                "{token},{ADMIN_USER},{ADMIN_USER},\"system:masters\"\n\
+                 {metalherd_token},{METALHERD_USER},{METALHERD_USER},\"system:masters\"\n"
+            ),
+        )
+        .expect("token file");
+        std::fs::write(
+            d.join("audit-policy.yaml"),
+            "apiVersion: audit.k8s.io/v1\nkind: Policy\nomitStages: [RequestReceived]\n\
+             rules:\n- level: Metadata\n",
+        )
+        .expect("audit policy");
+
+        let etcd_port = free_port();
+        let peer_port = free_port();
+        let etcd_url = format!("http://127.0.0.1:{etcd_port}");
+        let mut procs = Vec::new();
+        let mut etcd = Command::new(kube_bin("etcd"));
+        etcd.args(["--name", "test", "--data-dir"])
+            .arg(d.join("etcd"))
+            .args(["--listen-client-urls", &etcd_url])
+            .args(["--advertise-client-urls", &etcd_url])
+            .args([
+                "--listen-peer-urls",
+                &format!("http://127.0.0.1:{peer_port}"),
+            ])
+            .args([
+                "--initial-advertise-peer-urls",
+                &format!("http://127.0.0.1:{peer_port}"),
+            ])
+            .args([
+                "--initial-cluster",
+                &format!("test=http://127.0.0.1:{peer_port}"),
+            ])
+            .args(["--unsafe-no-fsync", "--log-level", "warn"]);
+        procs.push(spawn_kept("etcd", etcd, &d.join("etcd.log")));
+
+        let port = free_port();
+        let url = format!("https://127.0.0.1:{port}");
+        let mut api = Command::new(kube_bin("kube-apiserver"));
+        api.args(["--etcd-servers", &etcd_url])
+            .args([
+                "--bind-address",
+                "127.0.0.1",
+                "--advertise-address",
+                "127.0.0.1",
+            ])
+            .args(["--secure-port", &port.to_string()])
+            .arg(format!("--tls-cert-file={}", pki.server_cert.display()))
+            .arg(format!(
+                "--tls-private-key-file={}",
+                pki.server_key.display()
+            ))
+            .arg(format!("--client-ca-file={}", pki.ca_cert.display()))
+            .arg(format!(
+                "--token-auth-file={}",
+                d.join("tokens.csv").display()
+            ))
+            .arg(format!(
+                "--service-account-key-file={}",
+                pki.sa_pub.display()
+            ))
+            .arg(format!(
+                "--service-account-signing-key-file={}",
+                pki.sa_key.display()
+            ))
+            .args([
+                "--service-account-issuer",
+                "https://kubernetes.default.svc.cluster.local",
+            ])
+            .args(["--service-cluster-ip-range", "10.96.0.0/24"])
+            .args(["--authorization-mode", "Node,RBAC"])
+            .arg("--enable-bootstrap-token-auth")
+            .arg(format!(
+                "--audit-policy-file={}",
+                d.join("audit-policy.yaml").display()
+            ))
+            .arg(format!(
+                "--audit-log-path={}",
+                d.join("audit.log").display()
+            ))
+            .args(["--audit-log-format", "json"])
+            .args(["--profiling=false", "--v=0"]);
+        procs.push(spawn_kept(
+            "kube-apiserver",
+            api,
+            &d.join("kube-apiserver.log"),
+        ));
+        let cp = ControlPlane {
+            dir,
+            url,
+            token,
+            metalherd_token,
+            started_in: Duration::ZERO,
+            procs: Mutex::new(procs),
+        };
+        cp.write_kubeconfig(&cp.admin_kubeconfig(), &cp.token);
+        cp.wait_ready();
+        if opts.controller_manager {
+            cp.start_controller_manager(&pki);
+        }
+        let cp = ControlPlane {
+            started_in: t0.elapsed(),
+            ..cp
+        };
+        eprintln!(
+            "control plane: etcd and kube-apiserver {KUBE_VERSION} ready in {:.1} s ({})",
+            cp.started_in.as_secs_f64(),
+            cp.dir.path().display()
+        );
+        cp
+    }
+
+    fn start_controller_manager(&self, pki: &Pki) {
+        let d = self.dir.path();
+        let kc = d.join("controller-manager.kubeconfig");
+        self.write_kubeconfig(&kc, &self.token);
+        let mut kcm = Command::new(kube_bin("kube-controller-manager"));
+        kcm.arg(format!("--kubeconfig={}", kc.display()))
+            .arg(format!("--authentication-kubeconfig={}", kc.display()))
+            .arg(format!("--authorization-kubeconfig={}", kc.display()))
+            .args(["--bind-address", "127.0.0.1", "--secure-port", "0"])
+            .arg(format!(
+                "--cluster-signing-cert-file={}",
+                pki.ca_cert.display()
+            ))
+            .arg(format!(
+                "--cluster-signing-key-file={}",
+                pki.ca_key.display()
+            ))
+            .arg(format!("--root-ca-file={}", pki.ca_cert.display()))
+            .arg(format!(
+                "--service-account-private-key-file={}",
+                pki.sa_key.display()
+            ))
+            .args([
+                "--use-service-account-credentials=true",
+                "--leader-elect=false",
+            ])
+            .args(["--controllers", "*,bootstrapsigner,tokencleaner"]);
+        let g = spawn_kept(
+            "kube-controller-manager",
+            kcm,
+            &d.join("kube-controller-manager.log"),
+        );
+        self.procs.lock().expect("procs").push(g);
+    }
+
+    fn wait_ready(&self) {
+        let mut exited = false;
+        let ok = wait_for(Duration::from_secs(120), || {
+            if self
+                .procs
+                .lock()
+                .expect("procs")
+                .iter_mut()
+                .any(|p| !p.running())
+            {
+                exited = true;
+                return Some(false);
+            }
+            let (code, _) = self.raw("GET", "/readyz", Some(&self.token), None, "");
+            (code == 200).then_some(true)
+        })
+        .filter(|ready| *ready);
+        if ok.is_none() {
+            panic!(
+                "kube-apiserver never became ready (a process exited: {exited}); its log tail:\n{}\netcd log tail:\n{}",
+                super::rack::tail(&self.log("kube-apiserver"), 40),
+                super::rack::tail(&self.log("etcd"), 20)
+            );
+        }
+    }
+
+    /// The log of one of the processes (`etcd`, `kube-apiserver`, ...).
+    pub fn log(&self, name: &str) -> String {
+        std::fs::read_to_string(self.dir.path().join(format!("{name}.log"))).unwrap_or_default()
+    }
+
+    pub fn ca_cert(&self) -> PathBuf {
+        self.dir.path().join("pki/ca.crt")
+    }
+
+    pub fn admin_kubeconfig(&self) -> PathBuf {
+        self.dir.path().join("admin.kubeconfig")
+    }
+
+    /// A kubeconfig for metalherd as [`METALHERD_USER`] (an admin): for
+    /// `serve --store kubernetes` where the story is not about RBAC.
+    pub fn metalherd_kubeconfig(&self) -> PathBuf {
+        let p = self.dir.path().join("metalherd.kubeconfig");
+        self.write_kubeconfig(&p, &self.metalherd_token);
+        p
+    }
+
+    /// Write a kubeconfig for `token` to `path`.
+    pub fn write_kubeconfig(&self, path: &Path, token: &str) {
+        let ca = std::fs::read(self.ca_cert()).expect("CA");
+        let kc = json!({
+            "apiVersion": "v1", "kind": "Config",
+            "clusters": [{"name": "test", "cluster": {
+                "server": self.url,
+                "certificate-authority-data": base64(&ca)}}],
+            "users": [{"name": "user", "user": {"token": token}}],
+            "contexts": [{"name": "test", "context": {"cluster": "test", "user": "user", "namespace": "default"}}],
+            "current-context": "test",
+        });
+        std::fs::write(path, kc.to_string()).expect("write kubeconfig");
+    }
+
+    /// A request with `token`: (status code, JSON body or Null).
+    pub fn raw(
+        &self,
+        method: &str,
+        path: &str,
+        token: Option<&str>,
+        body: Option<&Value>,
+        content_type: &str,
+    ) -> (u16, Value) {
+        let mut cmd = Command::new("curl");
+        cmd.arg("--cacert").arg(self.ca_cert());
+        cmd.args(["-s", "-X", method, "-w", "\n%{http_code}"]);
+        if let Some(t) = token {
+            cmd.args(["-H", &format!("Authorization: Bearer {t}")]);
+        }
+        if let Some(b) = body {
+            cmd.args(["-H", &format!("Content-Type: {content_type}")]);
+            cmd.args(["--data-binary", &b.to_string()]);
+        }
+        cmd.arg(format!("{}{path}", self.url));
+        let out = cmd.output().expect("curl");
+        let text = String::from_utf8_lossy(&out.stdout).to_string();
+        let (body, code) = text.rsplit_once('\n').unwrap_or(("", &text));
+        (
+            code.trim().parse().unwrap_or(0),
+            serde_json::from_str(body).unwrap_or(Value::Null),
+        )
+    }
+
+    /// An admin JSON request.
+    pub fn req(&self, method: &str, path: &str, body: Option<&Value>) -> (u16, Value) {
+        self.raw(method, path, Some(&self.token), body, "application/json")
+    }
+
+    /// Create the namespace `name` (fine when it exists).
+    pub fn namespace(&self, name: &str) {
+        let (code, body) = self.req(
+            "POST",
+            "/api/v1/namespaces",
+            Some(&json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})),
+        );
+        assert!(code < 300 || code == 409, "namespace {name}: {code} {body}");
+    }
+
+    /// `kubectl` (the release built with the API server) as the admin.
+    pub fn kubectl(&self, args: &[&str]) -> (bool, String, String) {
+        let out = Command::new(kube_bin("kubectl"))
+            .env("KUBECONFIG", self.admin_kubeconfig())
+            .env("HOME", self.dir.path())
+            .args(args)
+            .output()
+            .expect("run kubectl");
+        let (o, e) = text(&out);
+        (out.status.success(), o, e)
+    }
+
+    /// Apply deploy/crds/ and wait until every CRD is established.
+    pub fn install_crds(&self) {
+        let crds = repo_root().join("deploy/crds");
+        let (ok, out, err) = self.kubectl(&["apply", "-f", crds.to_str().expect("utf-8")]);
+        assert!(
+            ok,
+            "kubectl apply -f deploy/crds/ on kube-apiserver: {out}{err}"
+        );
+        let (ok, out, err) = self.kubectl(&[
+            "wait",
+            "--for=condition=Established",
+            "--timeout=60s",
+            "crd",
+            "--all",
+        ]);
+        assert!(ok, "CRDs not established: {out}{err}");
+    }
+
+    /// Every audit event so far (one JSON object per line).
+    pub fn audit(&self) -> Vec<Value> {
+        std::fs::read_to_string(self.dir.path().join("audit.log"))
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| serde_json::from_str(l).ok())
+            .collect()
+    }
+}
+
+/// The control plane of this test binary, started on first use with the
+/// CRDs installed, kept until the test process exits.
+pub fn shared() -> Arc<ControlPlane> {
+    static CP: OnceLock<Arc<ControlPlane>> = OnceLock::new();
+    CP.get_or_init(|| {
+        let cp = ControlPlane::start(Options {
+            controller_manager: true,
+        });
+        cp.install_crds();
+        Arc::new(cp)
+    })
+    .clone()
+}
+
+/// Spawn `cmd` from the keeper thread, which lives as long as the test
+/// process: the child gets SIGKILL when that thread ends (the test binary
+/// exits), and the guard kills it by PID when dropped before that.
+fn spawn_kept(name: &str, cmd: Command, log: &Path) -> ChildGuard {
+    type Job = (
+        Command,
+        PathBuf,
+        String,
+        std::sync::mpsc::Sender<ChildGuard>,
+    );
+    static KEEPER: OnceLock<Mutex<std::sync::mpsc::Sender<Job>>> = OnceLock::new();
+    // setpriv sets the parent-death signal and execs the program, so the
+    // signal follows the keeper thread (the parent), not a test's thread.
+    let mut kept = Command::new(super::require_tool("setpriv"));
+    kept.args(["--pdeathsig", "KILL", "--"])
+        .arg(cmd.get_program())
+        .args(cmd.get_args());
+    for (k, v) in cmd.get_envs() {
+        match v {
+            Some(v) => kept.env(k, v),
+            None => kept.env_remove(k),
+        };
+    }
+    let keeper = KEEPER.get_or_init(|| {
+        let (tx, rx) = std::sync::mpsc::channel::<Job>();
+        std::thread::spawn(move || {
+            for (mut cmd, log, name, back) in rx {
+                let _ = back.send(ChildGuard::spawn(&name, &mut cmd, &log));
+            }
+        });
+        Mutex::new(tx)
+    });
+    let (tx, rx) = std::sync::mpsc::channel();
+    keeper
+        .lock()
+        .expect("keeper")
+        .send((kept, log.to_path_buf(), name.to_string(), tx))
+        .expect("keeper thread");
+    rx.recv().expect("spawned")
+}
+
+struct Pki {
+    ca_cert: PathBuf,
+    ca_key: PathBuf,
+    server_cert: PathBuf,
+    server_key: PathBuf,
+    sa_key: PathBuf,
+    sa_pub: PathBuf,
+}
+
+impl Pki {
+    fn generate(dir: &Path) -> Pki {
+        let d = dir.join("pki");
+        std::fs::create_dir_all(&d).expect("pki dir");
+        let ca_key = rcgen::KeyPair::generate().expect("CA key");
+        let mut ca = rcgen::CertificateParams::new(Vec::<String>::new()).expect("CA params");
+        ca.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+        ca.distinguished_name
+            .push(rcgen::DnType::CommonName, "metalherd-test-kubernetes-ca");
+        ca.key_usages = vec![
+            rcgen::KeyUsagePurpose::KeyCertSign,
+            rcgen::KeyUsagePurpose::CrlSign,
+            rcgen::KeyUsagePurpose::DigitalSignature,
+        ];
+        let ca_cert = ca.self_signed(&ca_key).expect("CA cert");
+        let issuer = rcgen::Issuer::new(ca, &ca_key);
+        let mut server = rcgen::CertificateParams::new(vec![
+            "localhost".to_string(),
+            "127.0.0.1".to_string(),
+            "10.96.0.1".to_string(),
+            "kubernetes".to_string(),
+            "kubernetes.default".to_string(),
+            "kubernetes.default.svc".to_string(),
+            "kubernetes.default.svc.cluster.local".to_string(),
+        ])
+        .expect("server params");
+        server
+            .distinguished_name
+            .push(rcgen::DnType::CommonName, "kube-apiserver");
+        server.extended_key_usages = vec![rcgen::ExtendedKeyUsagePurpose::ServerAuth];
+        let server_key = rcgen::KeyPair::generate().expect("server key");
+        let server_cert = server.signed_by(&server_key, &issuer).expect("server cert");
+        let sa_key = rcgen::KeyPair::generate().expect("service account key");
+        let p = Pki {
+            ca_cert: d.join("ca.crt"),
+            ca_key: d.join("ca.key"),
+            server_cert: d.join("apiserver.crt"),
+            server_key: d.join("apiserver.key"),
+            sa_key: d.join("sa.key"),
+            sa_pub: d.join("sa.pub"),
+        };
+        for (path, pem) in [
+            (&p.ca_cert, ca_cert.pem()),
+            (&p.ca_key, ca_key.serialize_pem()),
+            (&p.server_cert, server_cert.pem()),
+            (&p.server_key, server_key.serialize_pem()),
+            (&p.sa_key, sa_key.serialize_pem()),
+            (&p.sa_pub, sa_key.public_key_pem()),
+        ] {
+            std::fs::write(path, pem).expect("write PKI file");
+        }
+        p
+    }
+}
+
+fn base64(b: &[u8]) -> String {
+    use base64::Engine;
+    base64::engine::general_purpose::STANDARD.encode(b)
+}
