@@ -5,8 +5,10 @@ use serde_json::Value;
 
 use super::server::text;
 
-/// `kubectl kustomize deploy/kubernetes` on a copy with a token key.
-pub fn render() -> Vec<Value> {
+/// A copy of deploy/ with what the kustomization's header asks a user to
+/// write first (the token key, the webhook's certificate); the
+/// kustomization is `copy/deploy/kubernetes`.
+pub fn prepared() -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();
     let copy = dir.path().join("deploy");
     let out = std::process::Command::new("cp")
@@ -42,10 +44,17 @@ pub fn render() -> Vec<Value> {
         .output()
         .unwrap();
     assert!(out.status.success(), "openssl: {}", text(&out).1);
+    dir
+}
+
+/// `kubectl kustomize deploy/kubernetes` on a [`prepared`] copy.
+pub fn render() -> Vec<Value> {
+    let dir = prepared();
+    let k = dir.path().join("deploy/kubernetes");
     let out = std::process::Command::new(super::require_tool("kubectl"))
         .env("HOME", dir.path())
         .arg("kustomize")
-        .arg(copy.join("kubernetes"))
+        .arg(&k)
         .output()
         .unwrap();
     let (o, e) = text(&out);
