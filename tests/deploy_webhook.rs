@@ -161,12 +161,12 @@ fn the_admission_webhook_is_reachable_and_trusted_as_the_cluster_would_call_it()
         .iter()
         .map(|c| &c["field"])
         .collect();
-    assert!(fields.contains(&&json!("spec")), "{answer}");
+    assert!(fields.contains(&&json!("spec.bmc")), "{answer}");
     assert!(
         answer["response"]["status"]["message"]
             .as_str()
             .unwrap()
-            .contains("missing field `bmc`"),
+            .contains("spec.bmc: required"),
         "{answer}"
     );
 }

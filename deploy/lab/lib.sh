@@ -126,7 +126,7 @@ lab_down() {
       lab_virsh "$run" undefine --nvram "$d" >/dev/null 2>&1 || lab_virsh "$run" undefine "$d" >/dev/null 2>&1 || true
     done
   fi
-  for p in sushy metalherd libvirtd; do
+  for p in sushy metalherd metalherd-b kube-apiserver etcd libvirtd; do
     [ -f "$run/$p.pid" ] && kill "$(cat "$run/$p.pid")" 2>/dev/null || true
   done
   sleep 0.5
@@ -237,4 +237,82 @@ spec:
   classRef: {name: $class}
 YAML
   done
+}
+
+# lab_kube_up NS RUN: a real Kubernetes control plane for the rack: etcd
+# and kube-apiserver (the release scripts/kubernetes-build builds) in the
+# rack's namespace, the API on port 6443 of every address there (loopback
+# and 10.89.0.1), PKI, an admin token and an audit log under RUN/kube,
+# metalherd's CRDs installed. Writes the admin kubeconfig to
+# RUN/kube/admin.kubeconfig.
+lab_kube_up() {
+  local ns=$1 run=$2 k="$2/kube" bin token i
+  bin=$("$LAB_ROOT/scripts/kubernetes-build" | tail -n1)
+  mkdir -p "$k/pki"
+  echo "$ns" > "$k/netns"
+  (
+    cd "$k/pki"
+    openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 30 \
+      -subj /CN=metalherd-lab-kubernetes-ca -keyout ca.key -out ca.crt 2>/dev/null
+    openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -subj /CN=kube-apiserver \
+      -keyout apiserver.key -out apiserver.csr 2>/dev/null
+    printf 'subjectAltName=IP:127.0.0.1,IP:10.89.0.1,IP:10.96.0.1,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc\nextendedKeyUsage=serverAuth\n' > apiserver.ext
+    openssl x509 -req -in apiserver.csr -CA ca.crt -CAkey ca.key -CAcreateserial -days 30 \
+      -extfile apiserver.ext -out apiserver.crt 2>/dev/null
+    openssl genpkey -algorithm EC -pkeyopt ec_paramgen_curve:P-256 -out sa.key
+    openssl pkey -in sa.key -pubout -out sa.pub
+  )
+  token=$(head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n')
+  echo "$token,lab-admin,lab-admin,\"system:masters\"" > "$k/tokens.csv"
+  printf 'apiVersion: audit.k8s.io/v1\nkind: Policy\nomitStages: [RequestReceived]\nrules:\n- level: Metadata\n' > "$k/audit-policy.yaml"
+  ip netns exec "$ns" "$bin/etcd" --name lab --data-dir "$k/etcd" \
+    --listen-client-urls http://127.0.0.1:2379 --advertise-client-urls http://127.0.0.1:2379 \
+    --listen-peer-urls http://127.0.0.1:2380 --initial-advertise-peer-urls http://127.0.0.1:2380 \
+    --initial-cluster lab=http://127.0.0.1:2380 --log-level warn > "$k/etcd.log" 2>&1 &
+  echo $! > "$run/etcd.pid"
+  ip netns exec "$ns" "$bin/kube-apiserver" --etcd-servers http://127.0.0.1:2379 \
+    --bind-address 0.0.0.0 --advertise-address 10.89.0.1 --secure-port 6443 \
+    --tls-cert-file "$k/pki/apiserver.crt" --tls-private-key-file "$k/pki/apiserver.key" \
+    --client-ca-file "$k/pki/ca.crt" --token-auth-file "$k/tokens.csv" \
+    --service-account-key-file "$k/pki/sa.pub" --service-account-signing-key-file "$k/pki/sa.key" \
+    --service-account-issuer https://kubernetes.default.svc.cluster.local \
+    --service-cluster-ip-range 10.96.0.0/24 --authorization-mode Node,RBAC \
+    --enable-bootstrap-token-auth --audit-policy-file "$k/audit-policy.yaml" \
+    --audit-log-path "$k/audit.log" --audit-log-format json --profiling=false \
+    > "$k/kube-apiserver.log" 2>&1 &
+  echo $! > "$run/kube-apiserver.pid"
+  cat > "$k/admin.kubeconfig" <<KC
+apiVersion: v1
+kind: Config
+clusters:
+- name: lab
+  cluster: {server: "https://127.0.0.1:6443", certificate-authority-data: "$(base64 -w0 < "$k/pki/ca.crt")"}
+users:
+- name: lab-admin
+  user: {token: "$token"}
+contexts:
+- name: lab
+  context: {cluster: lab, user: lab-admin, namespace: default}
+current-context: lab
+KC
+  for i in $(seq 1 300); do
+    if ip netns exec "$ns" curl -fs --cacert "$k/pki/ca.crt" -H "Authorization: Bearer $token" \
+      https://127.0.0.1:6443/readyz >/dev/null 2>&1; then
+      break
+    fi
+    kill -0 "$(cat "$run/kube-apiserver.pid")" 2>/dev/null || { tail -n 20 "$k/kube-apiserver.log" >&2; return 1; }
+    [ "$i" -lt 300 ] || { lab_log "kube-apiserver did not become ready: $k/kube-apiserver.log"; return 1; }
+    sleep 0.2
+  done
+  lab_kubectl "$run" apply -f "$LAB_ROOT/deploy/crds/" >/dev/null
+  lab_kubectl "$run" wait --for=condition=Established --timeout=60s crd --all >/dev/null
+}
+
+# lab_kubectl RUN ARGS...: the built kubectl, as the lab's admin, inside the
+# rack's namespace (the one lab_kube_up ran in).
+lab_kubectl() {
+  local run=$1; shift
+  ip netns exec "$(cat "$run/kube/netns")" \
+    "$("$LAB_ROOT/scripts/kubernetes-build" 2>/dev/null | tail -n1)/kubectl" \
+    --kubeconfig "$run/kube/admin.kubeconfig" "$@"
 }

@@ -20,7 +20,9 @@ const KEY_LEN: usize = 32;
 
 #[derive(Debug, thiserror::Error)]
 pub enum TokenKeyError {
-    #[error("boot token key Secret {namespace}/{SECRET_NAME}: {source}")]
+    // The cause is the source, printed after this by the error chain
+    // (`error: {e:#}`), not repeated in this message.
+    #[error("boot token key Secret {namespace}/{SECRET_NAME}")]
     Store {
         namespace: String,
         #[source]

@@ -199,6 +199,33 @@ impl Lab {
     }
 
     /// SIGKILL metalherd (no chance to clean up).
+    /// Start etcd and kube-apiserver in the rack with the CRDs installed
+    /// (lib.sh's `lab_kube_up`, as `deploy/lab/up --kubernetes` does);
+    /// returns the admin kubeconfig. Stopped by the lab's teardown.
+    pub fn kube_up(&self) -> PathBuf {
+        lab_sh(&format!("lab_kube_up {} '{}'", self.ns, self.run.display()));
+        self.run.join("kube/admin.kubeconfig")
+    }
+
+    /// The built kubectl as the lab's admin, inside the rack (after
+    /// [`Lab::kube_up`]): (success, stdout, stderr).
+    pub fn kubectl(&self, args: &[&str]) -> (bool, String, String) {
+        let out = Command::new("ip")
+            .args(["netns", "exec", &self.ns])
+            .arg(super::control_plane::kube_bin("kubectl"))
+            .arg("--kubeconfig")
+            .arg(self.run.join("kube/admin.kubeconfig"))
+            .env("HOME", &self.run)
+            .args(args)
+            .output()
+            .expect("kubectl");
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    }
+
     pub fn kill_metalherd(&mut self) {
         if let Some(mut g) = self.serve.take() {
             g.kill9();

@@ -100,8 +100,8 @@ pub fn bad_manifests() -> Vec<Bad> {
         case: "absent credentials reference",
         plural: "machines",
         doc: m,
-        field: "spec.bmc",
-        says: "credentialsSecretRef",
+        field: "spec.bmc.credentialsSecretRef",
+        says: "required",
     });
     let mut m = machine("bad-version");
     m["spec"]["overrides"] = json!({"kubeletVersion": "latest"});

@@ -260,7 +260,7 @@ mod tests {
             .remove("credentialsSecretRef");
         assert!(
             first(Kind::Machine, &machine(s))
-                .starts_with("spec.bmc: missing field `credentialsSecretRef`")
+                .starts_with("spec.bmc.credentialsSecretRef: required")
         );
     }
 }

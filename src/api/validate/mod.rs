@@ -88,7 +88,17 @@ pub fn decode<T: DeserializeOwned>(v: &Value) -> Result<T, ValidationErrors> {
             Some(i) => msg[..i].to_string(),
             None => msg,
         };
-        ValidationErrors::single(field, msg)
+        // A missing field is named by its own path, as kube-apiserver's
+        // schema check names it (`spec.bmc.credentialsSecretRef: Required
+        // value`), not by its parent's.
+        match msg
+            .strip_prefix("missing field `")
+            .and_then(|r| r.split('`').next())
+        {
+            Some(name) if field == "<root>" => ValidationErrors::single(name, "required"),
+            Some(name) => ValidationErrors::single(format!("{field}.{name}"), "required"),
+            None => ValidationErrors::single(field, msg),
+        }
     })
 }
 
