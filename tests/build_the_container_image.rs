@@ -107,7 +107,7 @@ fn build_the_container_image() {
         "containerd did not start: {}",
         std::fs::read_to_string(c.join("containerd.log")).unwrap_or_default()
     );
-    run(&mut ctr(&["images", "import"]).arg(&archive));
+    run(ctr(&["images", "import"]).arg(&archive));
     let name = format!("docker.io/library/metalherd:{version}");
     let images = run(&mut ctr(&["images", "ls", "-q"]));
     assert!(images.lines().any(|l| l == name), "{images}");
