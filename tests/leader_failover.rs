@@ -1,10 +1,22 @@
 //! Story: two metalherd replicas in Kubernetes mode elect a leader on a
 //! Lease; the leader is killed with SIGKILL and the standby takes over once
-//! the Lease expires. The API server is the stand-in (`metalherd serve`,
-//! controller off, a separate process); both replicas point at it through
-//! the kubeconfig `metalherd kubeconfig` prints. Short durations (3 s
-//! Lease, 2 s renew deadline, 500 ms retry) keep it quick; the takeover
-//! time is printed, not asserted.
+//! the Lease expires. Both replicas point at one API server through a
+//! kubeconfig. Short durations (3 s Lease, 2 s renew deadline, 500 ms
+//! retry) keep it quick; the takeover time (SIGKILL to the Lease naming
+//! the standby) is printed, not asserted.
+//!
+//! Each story runs twice, on the same code (tests/common/failover.rs):
+//! - against a real kube-apiserver and etcd (tests/common/control_plane.rs,
+//!   deploy/crds/ installed), the replicas as the `metalherd` user:
+//!   `leader_failover` and
+//!   `a_provisioning_in_flight_survives_the_leader_failover` on the test
+//!   binary's shared control plane, each kept to a namespace of its own
+//!   (`--watch-namespace`, where its Lease and boot-token key Secret are
+//!   too); the DHCP story on a control plane of its own, started inside
+//!   the replicas' network namespace;
+//! - against the stand-in (`metalherd serve`, controller off, a separate
+//!   process; the kubeconfig `metalherd kubeconfig` prints), the Lease in
+//!   `default`: the same names ending in `_on_the_stand_in`.
 //!
 //! `a_provisioning_in_flight_survives_the_leader_failover`: on the
 //! simulated rack, the leader is killed while a server it powered on for
@@ -17,65 +29,41 @@
 //!
 //! `dhcp_clients_hold_their_leases_through_the_failover_without_a_collision`:
 //! busybox udhcpc clients on a bridge hold dynamic leases from the leader
-//! when it is killed; see its comment.
+//! when it is killed; see [`dhcp_story`].
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod common;
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use common::Api;
+use common::control_plane::{ControlPlane, Options, shared};
+use common::failover::{LEADING, Target, identity_pid, which};
 use common::proc::wait_for;
 use common::server::Server;
 use serde_json::Value;
 
-const LEASE: &str = "/apis/coordination.k8s.io/v1/namespaces/default/leases/metalherd";
-
-fn replica(kc: &str) -> Server {
-    let boot_port = common::free_port();
-    replica_with(kc, &format!("boot:\n  listen: 127.0.0.1:{boot_port}\n"))
-}
-
-fn replica_with(kc: &str, config: &str) -> Server {
-    Server::start_with_args(Some(config), &common::rack::replica_args(kc))
-}
-
-fn holder(api: &Server) -> Option<String> {
-    let (code, lease) = api.req("GET", LEASE, None);
-    (code == 200).then_some(())?;
-    lease["spec"]["holderIdentity"]
-        .as_str()
-        .filter(|h| !h.is_empty())
-        .map(str::to_string)
-}
-
-fn identity_pid(identity: &str) -> u32 {
-    identity
-        .rsplit('-')
-        .next()
-        .and_then(|p| p.parse().ok())
-        .unwrap_or_else(|| panic!("identity {identity:?} does not end in a pid"))
-}
-
-const LEADING: &str = "leading: starting the boot services and controllers";
-
 #[test]
 fn leader_failover() {
-    let api = Server::start();
-    let kc = api.kubeconfig_file();
-    let kc = kc.to_str().unwrap();
+    leader_failover_story(Target::kube_apiserver(shared(), Some("leader-failover")));
+}
 
-    let mut replicas = [replica(kc), replica(kc)];
-    let first = wait_for(Duration::from_secs(30), || holder(&api)).unwrap_or_else(|| {
+#[test]
+fn leader_failover_on_the_stand_in() {
+    leader_failover_story(Target::stand_in(Server::start()));
+}
+
+fn leader_failover_story<A: Api>(t: Target<A>) {
+    let mut replicas = [t.plain_replica(), t.plain_replica()];
+    let first = wait_for(Duration::from_secs(30), || t.holder()).unwrap_or_else(|| {
         panic!(
             "no replica took the Lease; logs:\n{}\n{}",
             replicas[0].log(),
             replicas[1].log()
         )
     });
-    let leader = replicas
-        .iter()
-        .position(|r| r.guard.pid() == identity_pid(&first))
-        .unwrap_or_else(|| panic!("the Lease names {first}, neither replica"));
+    let leader = which(&replicas, &first);
     let standby = 1 - leader;
     // Exactly one runs the controllers and boot services.
     wait_for(Duration::from_secs(30), || {
@@ -89,11 +77,9 @@ fn leader_failover() {
     );
     // One boot-token key, from the Secret, on both: a token minted by one
     // is valid on the other.
-    let (code, secret) = api.req(
-        "GET",
-        "/api/v1/namespaces/default/secrets/metalherd-boot-token-key",
-        None,
-    );
+    let (code, secret) = t
+        .api
+        .req("GET", &t.path("secrets", "metalherd-boot-token-key"), None);
     assert_eq!(code, 200, "{secret}");
     assert_eq!(
         std::fs::read(replicas[0].data_dir.join("boot-token.key")).unwrap(),
@@ -103,7 +89,7 @@ fn leader_failover() {
     replicas[leader].guard.kill9();
     let killed = Instant::now();
     let second = wait_for(Duration::from_secs(60), || {
-        holder(&api).filter(|h| *h != first)
+        t.holder().filter(|h| *h != first)
     })
     .unwrap_or_else(|| {
         panic!(
@@ -112,7 +98,7 @@ fn leader_failover() {
         )
     });
     let takeover = killed.elapsed();
-    assert_eq!(identity_pid(&second), replicas[standby].guard.pid());
+    assert_eq!(which(&replicas, &second), standby);
     wait_for(Duration::from_secs(30), || {
         replicas[standby].log().contains(LEADING).then_some(())
     })
@@ -122,26 +108,61 @@ fn leader_failover() {
             replicas[standby].log()
         )
     });
-    let (_, lease): (u16, Value) = api.req("GET", LEASE, None);
+    let lease = t.lease().expect("the Lease");
     assert_eq!(lease["spec"]["leaseTransitions"], 1, "{lease}");
-    println!("leader_failover: takeover {takeover:?} after SIGKILL (Lease 3 s, retry 500 ms)");
+    println!(
+        "leader_failover on {}: takeover {takeover:?} after SIGKILL (Lease 3 s, retry 500 ms)",
+        t.name
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_provisioning_in_flight_survives_the_leader_failover() {
+    // `default` (the simulated rack's manifests name it), kept to by both
+    // replicas: no other story on the shared control plane uses it.
+    let t = tokio::task::spawn_blocking(|| Target::kube_apiserver(shared(), Some("default")))
+        .await
+        .unwrap();
+    provisioning_in_flight(t, "fo", 63).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_provisioning_in_flight_survives_the_leader_failover_on_the_stand_in() {
+    let t = tokio::task::spawn_blocking(|| Target::stand_in(Server::start()))
+        .await
+        .unwrap();
+    provisioning_in_flight(t, "fs", 64).await;
+}
+
+/// The simulated rack (servers `{prefix}1`, `{prefix}2` on
+/// `127.0.{subnet}.0/24`) runs on this runtime; the story, which blocks,
+/// on a thread of its own.
+async fn provisioning_in_flight<A: Api + Send + Sync + 'static>(
+    t: Target<A>,
+    prefix: &str,
+    subnet: u8,
+) {
+    use common::sim_rack::SimRack;
+    use std::sync::atomic::Ordering;
+
+    let boot_port = common::free_port();
+    let boot_url = format!("http://127.0.0.1:{boot_port}");
+    let rack = Arc::new(SimRack::start(prefix, 2, subnet, &boot_url).await);
+    // Server 2 stops between its Ignition fetch and its call-home.
+    rack.machines[1].hold_install.store(true, Ordering::SeqCst);
+    let r = rack.clone();
+    tokio::task::spawn_blocking(move || provisioning_story(&t, &r, boot_port))
+        .await
+        .unwrap();
+}
+
+fn provisioning_story<A: Api>(t: &Target<A>, rack: &common::sim_rack::SimRack, boot_port: u16) {
     use common::rack::{controller_config, put_secret, wait_phase};
-    use common::sim_rack::{SimRack, bmc_credentials};
+    use common::sim_rack::bmc_credentials;
     use serde_json::json;
     use std::sync::atomic::Ordering;
 
     let dir = common::rack::boot_files();
-    let boot_port = common::free_port();
-    let rack = SimRack::start("fo", 2, 63, &format!("http://127.0.0.1:{boot_port}")).await;
-    // Server 2 stops between its Ignition fetch and its call-home.
-    rack.machines[1].hold_install.store(true, Ordering::SeqCst);
-
-    let api = tokio::task::spawn_blocking(Server::start).await.unwrap();
-    let kc = api.kubeconfig_file();
     let config = controller_config(
         "",
         &format!(
@@ -149,17 +170,8 @@ async fn a_provisioning_in_flight_survives_the_leader_failover() {
             dir.path().join("assets").display()
         ),
     );
-    let kc_arg = kc.to_str().unwrap().to_string();
-    let (api, mut replicas) = tokio::task::spawn_blocking(move || {
-        let replicas = [
-            replica_with(&kc_arg, &config),
-            replica_with(&kc_arg, &config),
-        ];
-        (api, replicas)
-    })
-    .await
-    .unwrap();
-
+    let mut replicas = [t.replica(&config), t.replica(&config)];
+    let api = &t.api;
     let class = common::rack::flatcar_class(dir.path());
     let manifests: Vec<Value> = (0..2)
         .map(|i| {
@@ -169,87 +181,73 @@ async fn a_provisioning_in_flight_survives_the_leader_failover() {
         })
         .collect();
     let names: Vec<String> = rack.machines.iter().map(|m| m.name.clone()).collect();
-    let (n0, n1) = (names[0].clone(), names[1].clone());
-    let api = tokio::task::spawn_blocking(move || {
-        let (user, pw) = bmc_credentials();
-        put_secret(&api, "bmc", &user, &pw);
-        common::rack::put_join_secret(&api);
-        for (plural, doc) in [
-            ("machineclasses", &class),
-            ("machines", &manifests[0]),
-            ("machines", &manifests[1]),
-        ] {
-            let (code, body) = api.req(
-                "POST",
-                &format!("/apis/metalherd.dev/v1alpha1/namespaces/default/{plural}"),
-                Some(doc),
-            );
-            assert!(code < 300, "{plural}: {code} {body}");
-        }
-        // Server 1 provisions before any failover: the baseline.
-        wait_phase(&api, &n0, "Ready", Duration::from_secs(120));
-        api
-    })
-    .await
-    .unwrap();
+    let (user, pw) = bmc_credentials();
+    put_secret(api, "bmc", &user, &pw);
+    common::rack::put_join_secret(api);
+    for (plural, doc) in [
+        ("machineclasses", &class),
+        ("machines", &manifests[0]),
+        ("machines", &manifests[1]),
+    ] {
+        let (code, body) = api.req(
+            "POST",
+            &format!("/apis/metalherd.dev/v1alpha1/namespaces/default/{plural}"),
+            Some(doc),
+        );
+        assert!(code < 300, "{plural}: {code} {body}");
+    }
+    // Server 1 provisions before any failover: the baseline.
+    wait_phase(api, &names[0], "Ready", Duration::from_secs(120));
 
     // Server 2 has its Ignition config (served under the first leader).
-    let (api, first, before) = tokio::task::spawn_blocking(move || {
-        let boot = wait_for(Duration::from_secs(120), || {
-            let (_, m) = api.req(
-                "GET",
-                &format!("/apis/metalherd.dev/v1alpha1/namespaces/default/machines/{n1}"),
-                None,
-            );
-            let served = m["status"]["bootHistory"]
-                .as_array()
-                .is_some_and(|h| h.iter().any(|e| e["step"] == "Ignition"));
-            served.then(|| m["status"]["boot"].clone())
-        })
-        .expect("server 2 never fetched its Ignition config");
-        let first = holder(&api).expect("a leader");
-        (api, first, boot)
+    let before = wait_for(Duration::from_secs(120), || {
+        let (_, m) = api.req(
+            "GET",
+            &format!(
+                "/apis/metalherd.dev/v1alpha1/namespaces/default/machines/{}",
+                names[1]
+            ),
+            None,
+        );
+        let served = m["status"]["bootHistory"]
+            .as_array()
+            .is_some_and(|h| h.iter().any(|e| e["step"] == "Ignition"));
+        served.then(|| m["status"]["boot"].clone())
     })
-    .await
-    .unwrap();
-    let leader = replicas
-        .iter()
-        .position(|r| r.guard.pid() == identity_pid(&first))
-        .unwrap();
+    .expect("server 2 never fetched its Ignition config");
+    let first = t.holder().expect("a leader");
+    let leader = which(&replicas, &first);
     let standby = 1 - leader;
     let ons_before = rack.machines[1].bmc.counters().power_ons;
     replicas[leader].guard.kill9();
-    let (api, replicas) = tokio::task::spawn_blocking(move || {
-        wait_for(Duration::from_secs(60), || {
-            holder(&api).filter(|h| *h != first)
-        })
-        .expect("the standby did not take over");
-        wait_for(Duration::from_secs(30), || {
-            replicas[standby].log().contains(LEADING).then_some(())
-        })
-        .expect("the new leader did not start acting");
-        (api, replicas)
+    let killed = Instant::now();
+    wait_for(Duration::from_secs(60), || {
+        t.holder().filter(|h| *h != first)
     })
-    .await
-    .unwrap();
+    .expect("the standby did not take over");
+    let takeover = killed.elapsed();
+    wait_for(Duration::from_secs(30), || {
+        replicas[standby].log().contains(LEADING).then_some(())
+    })
+    .expect("the new leader did not start acting");
+    println!(
+        "a_provisioning_in_flight_survives_the_leader_failover on {}: takeover {takeover:?} \
+         after SIGKILL, acting after {:?}",
+        t.name,
+        killed.elapsed()
+    );
     // The installer calls home now, with the old leader's token, to the
     // new leader (the same boot address).
     rack.machines[1].hold_install.store(false, Ordering::SeqCst);
-    let name = names[1].clone();
-    let (api, m, replicas) = tokio::task::spawn_blocking(move || {
-        let got = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            wait_phase(&api, &name, "Ready", Duration::from_secs(120))
-        }));
-        match got {
-            Ok(m) => (api, m, replicas),
-            Err(_) => panic!(
-                "not Ready after the failover; the new leader's log:\n{}",
-                replicas[standby].log()
-            ),
-        }
-    })
-    .await
-    .unwrap();
+    let got = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        wait_phase(api, &names[1], "Ready", Duration::from_secs(120))
+    }));
+    let m = got.unwrap_or_else(|_| {
+        panic!(
+            "not Ready after the failover; the new leader's log:\n{}",
+            replicas[standby].log()
+        )
+    });
     // The boot the old leader opened is the one closed: its token held.
     assert_eq!(m["status"]["boot"]["id"], before["id"], "{m:#}");
     let installed = m["status"]["bootHistory"]
@@ -273,8 +271,28 @@ async fn a_provisioning_in_flight_survives_the_leader_failover() {
         vec![1, 1],
         "each server walked one network boot"
     );
-    drop(replicas);
-    drop(api);
+}
+
+#[test]
+fn dhcp_clients_hold_their_leases_through_the_failover_without_a_collision() {
+    // A control plane of its own, inside the replicas' host: its
+    // kube-apiserver listens on that namespace's loopback.
+    dhcp_story(|ns| {
+        let cp = ControlPlane::start_in_netns(Options::default(), ns);
+        cp.install_crds();
+        Target::kube_apiserver(Arc::new(cp), None)
+    });
+}
+
+#[test]
+fn dhcp_clients_hold_their_leases_through_the_failover_without_a_collision_on_the_stand_in() {
+    dhcp_story(|ns| {
+        Target::stand_in(Server::start_in_netns(
+            Some("controller:\n  enabled: false\n"),
+            ns,
+            &[],
+        ))
+    });
 }
 
 /// The leader is killed while real DHCP clients (busybox udhcpc, each in
@@ -287,35 +305,28 @@ async fn a_provisioning_in_flight_survives_the_leader_failover() {
 /// addresses the old leader gave them and keep them: in its ping-check
 /// window the new leader takes back a renewal of an address no lease of
 /// its own holds. No address is held by two clients at any moment
-/// (replayed from the clients' own event logs).
-#[test]
-fn dhcp_clients_hold_their_leases_through_the_failover_without_a_collision() {
+/// (replayed from the clients' own event logs). The API server (from
+/// `target`) runs on the replicas' host too.
+fn dhcp_story<A: Api>(target: impl FnOnce(Arc<common::netns::Netns>) -> Target<A>) {
     use common::dhcp_clients::{UdhcpcDaemon, shared_addresses};
-    use std::sync::Arc;
 
     let mut lan = common::lan::Lan::new(&[Some("10.68.0.1/24"), None, None, None, None]);
     let srv = lan.hosts.remove(0);
     let ns = Arc::new(srv.ns);
     let tmp = tempfile::tempdir().unwrap();
-    // The stand-in API server and both replicas on the replicas' host.
-    let api = Server::start_in_netns(Some("controller:\n  enabled: false\n"), ns.clone(), &[]);
-    let kc = api.kubeconfig_file();
-    let kc = kc.to_str().unwrap();
+    let t = target(ns.clone());
     // Four addresses for four clients; a 16 s lease (busybox raises it to
     // its own minimum and renews after about 15 s).
     let config = format!(
         "dhcp:\n  interface: {}\n  discovery: {{enabled: true, record: false, leaseTime: 16}}\n  subnets:\n  - subnet: 10.68.0.0/24\n    ranges: [{{start: 10.68.0.100, end: 10.68.0.103}}]\n",
         srv.iface
     );
-    let start = |ns: &Arc<common::netns::Netns>| {
-        Server::start_in_netns(Some(&config), ns.clone(), &common::rack::replica_args(kc))
-    };
-    let mut first = start(&ns);
+    let mut first = t.replica_in(&ns, &config);
     wait_for(Duration::from_secs(30), || {
         first.log().contains("dhcp server bound").then_some(())
     })
     .unwrap_or_else(|| panic!("the first replica did not lead:\n{}", first.log()));
-    let second = start(&ns);
+    let second = t.replica_in(&ns, &config);
     assert!(!second.log().contains(LEADING), "{}", second.log());
 
     let holders: Vec<UdhcpcDaemon> = (1..=3)
@@ -336,18 +347,30 @@ fn dhcp_clients_hold_their_leases_through_the_failover_without_a_collision() {
     distinct.dedup();
     assert_eq!(distinct.len(), 3, "{held:?}");
 
-    let leader = holder(&api).expect("a Lease holder");
+    let leader = t.holder().expect("a Lease holder");
     assert_eq!(identity_pid(&leader), first.guard.pid());
     first.guard.kill9();
+    let killed_at = Instant::now();
     let killed = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()
         .as_secs_f64();
+    let takeover = wait_for(Duration::from_secs(60), || {
+        t.holder()
+            .filter(|h| *h != leader)
+            .map(|_| killed_at.elapsed())
+    })
+    .unwrap_or_else(|| panic!("the standby did not take the Lease:\n{}", second.log()));
     wait_for(Duration::from_secs(60), || {
         let l = second.log();
         (l.contains(LEADING) && l.contains("dhcp server bound")).then_some(())
     })
     .unwrap_or_else(|| panic!("the standby did not take over:\n{}", second.log()));
+    println!(
+        "dhcp failover on {}: takeover {takeover:?} after SIGKILL, serving DHCP after {:?}",
+        t.name,
+        killed_at.elapsed()
+    );
 
     // A client that comes after the failover, while the holders still use
     // their addresses, and asks for one of them (udhcpc -r): the new
@@ -417,5 +440,5 @@ fn dhcp_clients_hold_their_leases_through_the_failover_without_a_collision() {
     drop(holders);
     drop(newcomer);
     drop(second);
-    drop(api);
+    drop(t);
 }

@@ -10,6 +10,11 @@
 //! test process and carry a parent-death signal, so they are killed when
 //! the test binary exits, also when a test fails. Tests on a shared
 //! control plane keep to namespaces of their own ([`ControlPlane::namespace`]).
+//!
+//! A control plane can also run inside a network namespace the test made
+//! ([`ControlPlane::start_in_netns`]): it then listens on that namespace's
+//! loopback, reachable only from processes started there, and the
+//! requests and kubectl runs below are made from inside it too.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -18,6 +23,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
+use super::netns::Netns;
 use super::proc::{ChildGuard, wait_for};
 use super::server::text;
 use super::{free_port, repo_root};
@@ -76,6 +82,10 @@ pub struct ControlPlane {
     /// How long etcd and kube-apiserver took to answer `/readyz`.
     pub started_in: Duration,
     procs: Mutex<Vec<ChildGuard>>,
+    /// The network namespace its processes (and [`ControlPlane::raw`],
+    /// [`ControlPlane::kubectl`]) run in, if any. Dropped after the
+    /// processes: removing it kills whatever still runs inside.
+    pub ns: Option<Arc<Netns>>,
 }
 
 /// The users of the static token file: the test's admin, and an admin
@@ -89,7 +99,21 @@ impl ControlPlane {
     /// asked) and wait until the API server is ready; the CRDs are not
     /// installed ([`ControlPlane::install_crds`]).
     pub fn start(opts: Options) -> ControlPlane {
+        ControlPlane::start_in(opts, None)
+    }
+
+    /// [`ControlPlane::start`] inside `ns` (a host of a `Lan`, say): etcd,
+    /// kube-apiserver and kube-controller-manager listen on its loopback,
+    /// so servers started in `ns` reach it at [`ControlPlane::url`].
+    pub fn start_in_netns(opts: Options, ns: Arc<Netns>) -> ControlPlane {
+        ControlPlane::start_in(opts, Some(ns))
+    }
+
+    fn start_in(opts: Options, ns: Option<Arc<Netns>>) -> ControlPlane {
         let t0 = Instant::now();
+        if let Some(ns) = &ns {
+            keep_source_ports_apart(ns);
+        }
         let dir = tempfile::tempdir().expect("tempdir");
         let d = dir.path();
         let pki = Pki::generate(d);
@@ -114,7 +138,7 @@ impl ControlPlane {
         let peer_port = free_port();
         let etcd_url = format!("http://127.0.0.1:{etcd_port}");
         let mut procs = Vec::new();
-        let mut etcd = Command::new(kube_bin("etcd"));
+        let mut etcd = in_ns(ns.as_deref(), &kube_bin("etcd"));
         etcd.args(["--name", "test", "--data-dir"])
             .arg(d.join("etcd"))
             .args(["--listen-client-urls", &etcd_url])
@@ -136,7 +160,7 @@ impl ControlPlane {
 
         let port = free_port();
         let url = format!("https://127.0.0.1:{port}");
-        let mut api = Command::new(kube_bin("kube-apiserver"));
+        let mut api = in_ns(ns.as_deref(), &kube_bin("kube-apiserver"));
         api.args(["--etcd-servers", &etcd_url])
             .args([
                 "--bind-address",
@@ -192,6 +216,7 @@ impl ControlPlane {
             metalherd_token,
             started_in: Duration::ZERO,
             procs: Mutex::new(procs),
+            ns,
         };
         cp.write_kubeconfig(&cp.admin_kubeconfig(), &cp.token);
         cp.wait_ready();
@@ -214,7 +239,7 @@ impl ControlPlane {
         let d = self.dir.path();
         let kc = d.join("controller-manager.kubeconfig");
         self.write_kubeconfig(&kc, &self.token);
-        let mut kcm = Command::new(kube_bin("kube-controller-manager"));
+        let mut kcm = self.command(&kube_bin("kube-controller-manager"));
         kcm.arg(format!("--kubeconfig={}", kc.display()))
             .arg(format!("--authentication-kubeconfig={}", kc.display()))
             .arg(format!("--authorization-kubeconfig={}", kc.display()))
@@ -271,6 +296,12 @@ impl ControlPlane {
         }
     }
 
+    /// A command that runs where the control plane runs (its network
+    /// namespace, if any).
+    pub fn command(&self, program: &Path) -> Command {
+        in_ns(self.ns.as_deref(), program)
+    }
+
     /// The log of one of the processes (`etcd`, `kube-apiserver`, ...).
     pub fn log(&self, name: &str) -> String {
         std::fs::read_to_string(self.dir.path().join(format!("{name}.log"))).unwrap_or_default()
@@ -316,7 +347,7 @@ impl ControlPlane {
         body: Option<&Value>,
         content_type: &str,
     ) -> (u16, Value) {
-        let mut cmd = Command::new("curl");
+        let mut cmd = self.command(Path::new("curl"));
         cmd.arg("--cacert").arg(self.ca_cert());
         cmd.args(["-s", "-X", method, "-w", "\n%{http_code}"]);
         if let Some(t) = token {
@@ -353,7 +384,8 @@ impl ControlPlane {
 
     /// `kubectl` (the release built with the API server) as the admin.
     pub fn kubectl(&self, args: &[&str]) -> (bool, String, String) {
-        let out = Command::new(kube_bin("kubectl"))
+        let out = self
+            .command(&kube_bin("kubectl"))
             .env("KUBECONFIG", self.admin_kubeconfig())
             .env("HOME", self.dir.path())
             .args(args)
@@ -371,14 +403,25 @@ impl ControlPlane {
             ok,
             "kubectl apply -f deploy/crds/ on kube-apiserver: {out}{err}"
         );
-        let (ok, out, err) = self.kubectl(&[
-            "wait",
-            "--for=condition=Established",
-            "--timeout=60s",
-            "crd",
-            "--all",
-        ]);
-        assert!(ok, "CRDs not established: {out}{err}");
+        // `kubectl wait` fails at once, rather than waiting, on a CRD whose
+        // status the API server has not written yet (".status.conditions
+        // accessor error"): ask again until the deadline.
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let (ok, out, err) = self.kubectl(&[
+                "wait",
+                "--for=condition=Established",
+                "--timeout=60s",
+                "crd",
+                "--all",
+            ]);
+            if ok {
+                return;
+            }
+            let racing = err.contains("accessor error") && Instant::now() < deadline;
+            assert!(racing, "CRDs not established: {out}{err}");
+            std::thread::sleep(Duration::from_millis(200));
+        }
     }
 
     /// Every audit event so far (one JSON object per line).
@@ -388,6 +431,36 @@ impl ControlPlane {
             .lines()
             .filter_map(|l| serde_json::from_str(l).ok())
             .collect()
+    }
+}
+
+/// kube-apiserver holds hundreds of loopback connections (to etcd, to
+/// itself), each on a source port from the namespace's ephemeral range.
+/// Servers started beside it listen on a [`free_port`], which comes from
+/// the host's ephemeral range and is free on the host only: so that it is
+/// free in `ns` too, the namespace's source ports are taken from the range
+/// below the host's (the setting is per network namespace).
+fn keep_source_ports_apart(ns: &Netns) {
+    let host = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .expect("the host's ephemeral port range");
+    let low: u32 = host
+        .split_whitespace()
+        .next()
+        .and_then(|p| p.parse().ok())
+        .expect("a port range");
+    assert!(low > 4096, "the host's ephemeral ports start at {low}");
+    ns.exec(&[
+        "sysctl",
+        "-w",
+        &format!("net.ipv4.ip_local_port_range={} {}", low / 2, low - 1),
+    ]);
+}
+
+/// `program`, inside `ns` when given.
+fn in_ns(ns: Option<&Netns>, program: &Path) -> Command {
+    match ns {
+        Some(ns) => ns.command(program.to_str().expect("utf-8 path")),
+        None => Command::new(program),
     }
 }
 

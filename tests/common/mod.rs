@@ -11,6 +11,7 @@ pub mod control_plane;
 pub mod deploy;
 pub mod dhcp_clients;
 pub mod dhcp_serve;
+pub mod failover;
 pub mod ignition;
 pub mod initramfs;
 pub mod ipmi_emulators;
