@@ -59,19 +59,10 @@ fn serve(dir: &Path, name: &str, kc: &Path, config: &Path) -> ChildGuard {
     ])
     .arg("--data-dir")
     .arg(dir.join(format!("{name}-data")))
-    .args(["--store", "kubernetes", "--kubeconfig"])
-    .arg(kc)
+    // Short Lease timing: a killed predecessor's Lease expires within 3 s.
+    .args(common::rack::replica_args(kc.to_str().unwrap()))
     .args(["--watch-namespace", NS, "--config"])
     .arg(config)
-    // A killed predecessor's Lease expires within 3 s.
-    .args([
-        "--leader-lease-duration",
-        "3s",
-        "--leader-renew-deadline",
-        "2s",
-        "--leader-retry-period",
-        "500ms",
-    ])
     .env("METALHERD_LOG", "info")
     .env("NO_COLOR", "1");
     ChildGuard::spawn(name, &mut cmd, &dir.join(format!("{name}.log")))

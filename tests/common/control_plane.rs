@@ -349,21 +349,13 @@ impl ControlPlane {
     ) -> (u16, Value) {
         let mut cmd = self.command(Path::new("curl"));
         cmd.arg("--cacert").arg(self.ca_cert());
-        cmd.args(["-s", "-X", method, "-w", "\n%{http_code}"]);
-        if let Some(t) = token {
-            cmd.args(["-H", &format!("Authorization: Bearer {t}")]);
-        }
-        if let Some(b) = body {
-            cmd.args(["-H", &format!("Content-Type: {content_type}")]);
-            cmd.args(["--data-binary", &b.to_string()]);
-        }
-        cmd.arg(format!("{}{path}", self.url));
-        let out = cmd.output().expect("curl");
-        let text = String::from_utf8_lossy(&out.stdout).to_string();
-        let (body, code) = text.rsplit_once('\n').unwrap_or(("", &text));
-        (
-            code.trim().parse().unwrap_or(0),
-            serde_json::from_str(body).unwrap_or(Value::Null),
+        super::server::curl_request(
+            &mut cmd,
+            &format!("{}{path}", self.url),
+            method,
+            token,
+            body,
+            content_type,
         )
     }
 

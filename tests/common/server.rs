@@ -227,20 +227,14 @@ impl Server {
         content_type: &str,
     ) -> (u16, Value) {
         let mut cmd = self.curl();
-        cmd.args(["-s", "-X", method, "-w", "\n%{http_code}"]);
-        if let Some(t) = token {
-            cmd.args(["-H", &format!("Authorization: Bearer {t}")]);
-        }
-        if let Some(b) = body {
-            cmd.args(["-H", &format!("Content-Type: {content_type}")]);
-            cmd.args(["--data-binary", &b.to_string()]);
-        }
-        cmd.arg(format!("{}{path}", self.url));
-        let out = cmd.output().expect("curl");
-        let text = String::from_utf8_lossy(&out.stdout).to_string();
-        let (body, code) = text.rsplit_once('\n').unwrap_or(("", &text));
-        let code: u16 = code.trim().parse().unwrap_or(0);
-        (code, serde_json::from_str(body).unwrap_or(Value::Null))
+        curl_request(
+            &mut cmd,
+            &format!("{}{path}", self.url),
+            method,
+            token,
+            body,
+            content_type,
+        )
     }
 
     /// An authorized JSON request.
@@ -254,6 +248,34 @@ fn in_ns(ns: Option<&Netns>, program: &str) -> Command {
         Some(ns) => ns.command(program),
         None => Command::new(program),
     }
+}
+
+/// Run `curl` (already given its CA) for one request to `url`: (status
+/// code, JSON body or Null).
+pub fn curl_request(
+    cmd: &mut Command,
+    url: &str,
+    method: &str,
+    token: Option<&str>,
+    body: Option<&Value>,
+    content_type: &str,
+) -> (u16, Value) {
+    cmd.args(["-s", "-X", method, "-w", "\n%{http_code}"]);
+    if let Some(t) = token {
+        cmd.args(["-H", &format!("Authorization: Bearer {t}")]);
+    }
+    if let Some(b) = body {
+        cmd.args(["-H", &format!("Content-Type: {content_type}")]);
+        cmd.args(["--data-binary", &b.to_string()]);
+    }
+    cmd.arg(url);
+    let out = cmd.output().expect("curl");
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    let (body, code) = text.rsplit_once('\n').unwrap_or(("", &text));
+    (
+        code.trim().parse().unwrap_or(0),
+        serde_json::from_str(body).unwrap_or(Value::Null),
+    )
 }
 
 /// stdout and stderr of a CLI run, for assertions and failure messages.
