@@ -100,10 +100,24 @@ fn the_crd_schemas_accept_what_the_api_accepts_and_refuse_at_the_same_paths() {
         let errs: Vec<String> = schema_of(&kind_of(&b.doc))
             .iter_errors(&b.doc)
             .map(|e| {
-                e.instance_path()
+                let p = e
+                    .instance_path()
                     .as_str()
                     .trim_start_matches('/')
-                    .replace('/', ".")
+                    .replace('/', ".");
+                // A missing field is named by its own path, as
+                // kube-apiserver and metalherd name it.
+                match e.kind() {
+                    jsonschema::error::ValidationErrorKind::Required { property } => {
+                        let name = property.as_str().unwrap_or_default();
+                        if p.is_empty() {
+                            name.to_string()
+                        } else {
+                            format!("{p}.{name}")
+                        }
+                    }
+                    _ => p,
+                }
             })
             .collect();
         if !errs.is_empty() {
