@@ -13,7 +13,8 @@
 //! them all, then rolls a class change through it (see [`rollout`]);
 //! `METALHERD_BENCH_REIMAGE_S` is how long each simulated install takes.
 //! `METALHERD_BENCH_STORE=kubernetes` runs the store in Kubernetes mode
-//! against a stand-in API server (see [`kube`]). Run with:
+//! against a stand-in API server, `kube-apiserver` against a real
+//! kube-apiserver and etcd (see [`kube`]). Run with:
 //! `cargo run --example bench_controller` (BENCHMARKS.md has the runs).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
@@ -270,14 +271,15 @@ fn peak_rss_kib() -> u64 {
 
 async fn run(n: usize, limit: usize, roll: Option<usize>) {
     let dir = tempfile::tempdir().unwrap();
-    let (store, stand_in): (Arc<dyn Store>, _) = if kube::wanted() {
-        let (s, api) = kube::start().await;
-        (s, Some(api))
-    } else {
-        let s = Arc::new(EmbeddedStore::open(&dir.path().join("s.redb")).unwrap());
-        (s, None)
+    // metalherd's store, and the benchmark's own for its creates and
+    // watches (the same but on kube-apiserver, where it is the admin's).
+    let (store, bench, api): (Arc<dyn Store>, Arc<dyn Store>, _) = match kube::start().await {
+        Some((s, b, api)) => (s, b, Some(api)),
+        None => {
+            let s = Arc::new(EmbeddedStore::open(&dir.path().join("s.redb")).unwrap());
+            (s.clone(), s, None)
+        }
     };
-    let requests_before = stand_in.as_ref().map(|s| s.requests()).unwrap_or_default();
     let cancel = CancellationToken::new();
     // Boot HTTP, as serve starts it.
     let assets = dir.path().join("assets");
@@ -322,7 +324,7 @@ async fn run(n: usize, limit: usize, roll: Option<usize>) {
         common::bootlab::file_artifact(&dir.path().join("i")),
         &[],
     );
-    store.create_obj(&class).await.unwrap();
+    bench.create_obj(&class).await.unwrap();
     let mut servers = HashMap::new();
     let mut machines = Vec::new();
     for i in 0..n {
@@ -433,7 +435,7 @@ async fn run(n: usize, limit: usize, roll: Option<usize>) {
     // store's writes by kind (for one machine, what each write changed).
     let track = Arc::new(Mutex::new(Tracker::default()));
     for kind in [metalherd::api::Kind::Machine, metalherd::api::Kind::Event] {
-        let mut w = store
+        let mut w = bench
             .watch(kind, &ListOptions::default(), None)
             .await
             .unwrap();
@@ -460,7 +462,7 @@ async fn run(n: usize, limit: usize, roll: Option<usize>) {
 
     let t0 = Instant::now();
     for m in &machines {
-        store.create_obj(m).await.unwrap();
+        bench.create_obj(m).await.unwrap();
     }
     let declared = t0.elapsed();
     tokio::spawn(feed(
@@ -509,18 +511,21 @@ async fn run(n: usize, limit: usize, roll: Option<usize>) {
         return;
     }
     cancel.cancel();
-    if let Some(api) = &stand_in {
-        api.report(&requests_before, n);
+    if let Some(api) = &api {
+        api.report(n);
     }
     // The embedded backend's resourceVersion counts its writes (the
-    // stand-in's, in Kubernetes mode).
-    let writes: u64 = store
-        .list(metalherd::api::Kind::Machine, &ListOptions::default())
-        .await
-        .unwrap()
-        .resource_version
-        .parse()
-        .unwrap();
+    // stand-in's, in Kubernetes mode; kube-apiserver's audit log counts).
+    let writes: u64 = match api.as_ref().and_then(kube::Api::writes) {
+        Some(w) => w,
+        None => bench
+            .list(metalherd::api::Kind::Machine, &ListOptions::default())
+            .await
+            .unwrap()
+            .resource_version
+            .parse()
+            .unwrap(),
+    };
     let (peak_booting, writes_by_kind) = {
         let t = track.lock().unwrap();
         (t.peak_holding, t.writes.clone())
