@@ -194,8 +194,9 @@ pub enum Deleted {
 /// A Kubernetes-shaped object store.
 ///
 /// Semantics every backend keeps:
-/// - `create` sets uid, resourceVersion, generation 1, creationTimestamp,
-///   the default namespace; a name that exists is `AlreadyExists`.
+/// - `create` sets uid, resourceVersion, generation 1 (the metalherd kinds
+///   only, as kube-apiserver), creationTimestamp, the default namespace; a
+///   name that exists is `AlreadyExists`.
 /// - `update` replaces metadata and spec; status is kept from the stored
 ///   object for kinds with a status subresource. A `metadata.resourceVersion`
 ///   that is not current is a `Conflict` (absent means unconditional).

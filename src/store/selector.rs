@@ -1,5 +1,6 @@
-//! Label selectors: the string form (`app=web,tier!=db,env in (a,b),!gpu`)
-//! and the `LabelSelector` object form, evaluated against `metadata.labels`.
+//! Label selectors: the string form (`app=web,tier!=db,env in (a,b),!gpu`,
+//! and `gen>3`, `gen<5` on integer values) and the `LabelSelector` object
+//! form, evaluated against `metadata.labels`.
 
 use std::collections::BTreeMap;
 
@@ -14,6 +15,10 @@ pub enum Requirement {
     NotIn(String, Vec<String>),
     Exists(String),
     NotExists(String),
+    /// The label is there and holds an integer greater than this one.
+    Gt(String, i64),
+    /// The label is there and holds an integer less than this one.
+    Lt(String, i64),
 }
 
 /// A conjunction of requirements; empty matches everything.
@@ -55,6 +60,16 @@ impl Selector {
                 Requirement::In(
                     check_key(k).map_err(|r| err(&r))?,
                     parse_set(rest).map_err(|r| err(&r))?,
+                )
+            } else if let Some((k, v)) = part.split_once('>') {
+                Requirement::Gt(
+                    check_key(k.trim()).map_err(|r| err(&r))?,
+                    integer(v.trim()).map_err(|r| err(&r))?,
+                )
+            } else if let Some((k, v)) = part.split_once('<') {
+                Requirement::Lt(
+                    check_key(k.trim()).map_err(|r| err(&r))?,
+                    integer(v.trim()).map_err(|r| err(&r))?,
                 )
             } else if let Some((k, v)) = part.split_once("!=") {
                 Requirement::NotEq(
@@ -106,6 +121,8 @@ impl Selector {
             Requirement::NotIn(k, vs) => labels.get(k).is_none_or(|l| !vs.contains(l)),
             Requirement::Exists(k) => labels.contains_key(k),
             Requirement::NotExists(k) => !labels.contains_key(k),
+            Requirement::Gt(k, n) => int_label(labels, k).is_some_and(|l| l > *n),
+            Requirement::Lt(k, n) => int_label(labels, k).is_some_and(|l| l < *n),
         })
     }
 
@@ -139,6 +156,8 @@ impl std::fmt::Display for Selector {
                 Requirement::NotIn(k, vs) => format!("{k} notin ({})", vs.join(",")),
                 Requirement::Exists(k) => k.clone(),
                 Requirement::NotExists(k) => format!("!{k}"),
+                Requirement::Gt(k, n) => format!("{k}>{n}"),
+                Requirement::Lt(k, n) => format!("{k}<{n}"),
             })
             .collect();
         f.write_str(&parts.join(","))
@@ -176,6 +195,18 @@ fn parse_set(s: &str) -> Result<Vec<String>, String> {
         .and_then(|x| x.strip_suffix(')'))
         .ok_or_else(|| "expected a set in parentheses".to_string())?;
     inner.split(',').map(|v| check_value(v.trim())).collect()
+}
+
+/// The value of `gt`/`lt`: an integer, as kube-apiserver requires.
+fn integer(v: &str) -> Result<i64, String> {
+    v.parse()
+        .map_err(|_| format!("for 'gt', 'lt' operators, the value must be an integer, not {v:?}"))
+}
+
+/// A label's value as an integer; a label that is not one matches neither
+/// `gt` nor `lt`.
+fn int_label(labels: &BTreeMap<String, String>, k: &str) -> Option<i64> {
+    labels.get(k)?.parse().ok()
 }
 
 fn check_key(k: &str) -> Result<String, String> {
@@ -225,6 +256,12 @@ mod tests {
             ("gpu", "1")
         ])));
         assert_eq!(Selector::parse("").unwrap(), Selector::default());
+        let s = Selector::parse("gen>3,gen<5").unwrap();
+        assert!(s.matches_labels(&labels(&[("gen", "4")])));
+        assert!(!s.matches_labels(&labels(&[("gen", "5")])));
+        assert!(!s.matches_labels(&labels(&[("gen", "x")])));
+        assert!(!s.matches_labels(&labels(&[])));
+        assert_eq!(s.to_string(), "gen>3,gen<5");
     }
 
     #[test]
@@ -232,5 +269,6 @@ mod tests {
         assert!(Selector::parse("a in b").is_err());
         assert!(Selector::parse("a=b c").is_err());
         assert!(Selector::parse("=x").is_err());
+        assert!(Selector::parse("gen>x").is_err());
     }
 }

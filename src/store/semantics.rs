@@ -60,8 +60,9 @@ fn meta_get<'a>(obj: &'a Value, field: &str) -> Option<&'a Value> {
 }
 
 /// Normalise and validate what a client sent for create/update: apiVersion
-/// and kind filled in, default namespace (none for cluster-scoped kinds), Secret `stringData` folded into
-/// base64 `data`, then the kind's validation.
+/// and kind filled in, default namespace (none for cluster-scoped kinds),
+/// Secret `stringData` folded into base64 `data` and its type defaulted,
+/// then the kind's validation.
 pub fn prepare_input(kind: Kind, mut obj: Value) -> Result<Value, StoreError> {
     {
         let o = obj
@@ -78,9 +79,22 @@ pub fn prepare_input(kind: Kind, mut obj: Value) -> Result<Value, StoreError> {
     }
     if kind == Kind::Secret {
         fold_string_data(&mut obj)?;
+        default_secret_type(&mut obj);
     }
     validate::validate(kind, &obj)?;
     Ok(obj)
+}
+
+/// A Secret without a type is `Opaque`, as kube-apiserver's defaulting
+/// makes it (`kubectl get secret -o yaml` shows it).
+fn default_secret_type(obj: &mut Value) {
+    if let Some(o) = obj.as_object_mut()
+        && o.get("type")
+            .and_then(Value::as_str)
+            .is_none_or(str::is_empty)
+    {
+        o.insert("type".into(), "Opaque".into());
+    }
 }
 
 fn fold_string_data(obj: &mut Value) -> Result<(), StoreError> {
@@ -168,6 +182,14 @@ fn finalizers_empty(obj: &Value) -> bool {
         .is_none_or(|a| a.is_empty())
 }
 
+/// Whether objects of `kind` have a `metadata.generation`: the metalherd
+/// kinds do, as kube-apiserver keeps one for every custom resource;
+/// Kubernetes' own kinds served here (Secrets, Events, Leases, Namespaces)
+/// have none there, so none here either.
+pub fn tracks_generation(kind: Kind) -> bool {
+    !kind.is_builtin()
+}
+
 pub fn create(
     kind: Kind,
     cur: Option<Value>,
@@ -186,7 +208,11 @@ pub fn create(
         let m = meta_mut(&mut obj)?;
         m.insert("uid".into(), uuid::Uuid::new_v4().to_string().into());
         m.insert("resourceVersion".into(), rv.to_string().into());
-        m.insert("generation".into(), 1.into());
+        if tracks_generation(kind) {
+            m.insert("generation".into(), 1.into());
+        } else {
+            m.remove("generation");
+        }
         m.insert("creationTimestamp".into(), now_rfc3339().into());
         m.remove("deletionTimestamp");
     }
@@ -232,7 +258,11 @@ pub fn update(
         } else {
             generation
         };
-        m.insert("generation".into(), g.into());
+        if tracks_generation(kind) {
+            m.insert("generation".into(), g.into());
+        } else {
+            m.remove("generation");
+        }
     }
     if kind.has_status()
         && let Some(o) = obj.as_object_mut()

@@ -261,6 +261,9 @@ pub async fn secret_string_data_is_stored_as_base64_data(s: Arc<dyn Store>) {
     let v = s.create(Kind::Secret, sec).await.unwrap();
     assert_eq!(v["data"]["username"], "YWRtaW4=");
     assert!(v.get("stringData").is_none());
+    // Defaulted as kube-apiserver does; no generation on a built-in kind.
+    assert_eq!(v["type"], "Opaque");
+    assert!(v["metadata"].get("generation").is_none(), "{v}");
 }
 
 pub async fn watch_resumed_from_a_version_sees_every_later_change_once(s: Arc<dyn Store>) {

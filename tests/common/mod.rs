@@ -16,6 +16,7 @@ pub mod ignition;
 pub mod initramfs;
 pub mod ipmi_emulators;
 pub mod kubectl;
+pub mod kubectl_diff;
 pub mod lab;
 pub mod lab_disk;
 pub mod lan;

@@ -166,10 +166,13 @@ pub fn coordination_resources() -> Value {
 }
 
 /// `/apis/metalherd.dev/v1alpha1`: each CRD's resource and subresources,
-/// as kube-apiserver lists a CRD's.
+/// as kube-apiserver lists a CRD's, in the order of its (aggregated)
+/// discovery, by plural: kubectl expands a category in this order.
 pub fn metalherd_resources() -> Value {
+    let mut crds: Vec<_> = crate::api::crds().iter().collect();
+    crds.sort_by(|a, b| a.spec.names.plural.cmp(&b.spec.names.plural));
     let mut resources = Vec::new();
-    for crd in crate::api::crds() {
+    for crd in crds {
         resources.extend(crd_resources(crd));
     }
     json!({

@@ -1,8 +1,9 @@
 //! Field selectors (`?fieldSelector=`), the subset kube-apiserver supports
 //! on every kind plus Events' `involvedObject.*` (what `kubectl describe`
-//! asks for): `metadata.name`, `metadata.namespace`, and for Events
-//! `involvedObject.{kind,namespace,name,uid,apiVersion}`, `reason`,
-//! `type`, with `=`, `==` and `!=`, comma-separated (all must hold).
+//! asks for): `metadata.name`, `metadata.namespace`, for Events
+//! `involvedObject.{kind,namespace,name,uid,apiVersion}`, `reason` and
+//! `type`, for Secrets `type`, for Namespaces `status.phase`, with `=`,
+//! `==` and `!=`, comma-separated (all must hold).
 
 use serde_json::Value;
 
@@ -30,10 +31,11 @@ impl FieldSelector {
             if path(kind, field).is_none() {
                 return Err(format!(
                     "field label not supported: {field:?} (supported: metadata.name, metadata.namespace{})",
-                    if kind == Kind::Event {
-                        ", involvedObject.*, reason, type"
-                    } else {
-                        ""
+                    match kind {
+                        Kind::Event => ", involvedObject.*, reason, type",
+                        Kind::Secret => ", type",
+                        Kind::Namespace => ", status.phase",
+                        _ => "",
                     }
                 ));
             }
@@ -69,6 +71,8 @@ fn path(kind: Kind, field: &str) -> Option<String> {
         | "reason"
         | "type"
             if kind == Kind::Event => {}
+        "type" if kind == Kind::Secret => {}
+        "status.phase" if kind == Kind::Namespace => {}
         _ => return None,
     }
     Some(format!("/{}", field.replace('.', "/")))
@@ -95,5 +99,9 @@ mod tests {
         assert!(!not.matches(Kind::Event, &ev));
         assert!(FieldSelector::parse(Kind::Machine, "involvedObject.name=x").is_err());
         assert!(FieldSelector::parse(Kind::Machine, "metadata.name==x").is_ok());
+        let opaque = FieldSelector::parse(Kind::Secret, "type=Opaque").unwrap();
+        assert!(opaque.matches(Kind::Secret, &json!({"type": "Opaque"})));
+        assert!(FieldSelector::parse(Kind::Namespace, "status.phase=Active").is_ok());
+        assert!(FieldSelector::parse(Kind::Machine, "type=x").is_err());
     }
 }

@@ -330,7 +330,8 @@ pub(super) fn conform(
     } else {
         meta.remove("namespace");
     }
-    // The server keeps the record of field owners itself.
+    // The server keeps the record of field owners itself; a record a
+    // client sent with an update was read before ([`super::ssa::sent`]).
     meta.remove("managedFields");
     if let Some(name) = name {
         meta.insert("name".into(), name.into());

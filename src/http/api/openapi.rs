@@ -136,6 +136,7 @@ pub(super) fn schema_name(kind: Kind) -> String {
 pub(super) fn builtin_schemas(group: Group) -> Map<String, Value> {
     use k8s_openapi::api::coordination::v1::Lease;
     use k8s_openapi::api::core::v1::{Event, Namespace, Secret};
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
     use schemars::JsonSchema;
     let mut generator = schemars::generate::SchemaSettings::openapi3().into_generator();
     let mut named = Vec::new();
@@ -152,15 +153,54 @@ pub(super) fn builtin_schemas(group: Group) -> Map<String, Value> {
             generator.subschema_for::<Lease>();
             named.push((Kind::Lease, Lease::schema_name()));
         }
-        Group::Metalherd => {}
+        Group::Metalherd => {
+            // What the CRD schemas' `metadata` refers to.
+            generator.subschema_for::<ObjectMeta>();
+        }
     }
     let mut defs = generator.take_definitions(true);
     for (kind, name) in named {
         if let Some(s) = defs.get_mut(name.as_ref()) {
             s["x-kubernetes-group-version-kind"] = json!([gvk(kind)]);
+            // k8s-openapi's `metadata` is no Option, so the generated
+            // schema requires it; Kubernetes' own requires it of Events only
+            // (`kubectl explain secret` shows no `-required-` there).
+            if kind != Kind::Event
+                && let Some(o) = s.as_object_mut()
+                && let Some(Value::Array(required)) = o.get_mut("required")
+            {
+                required.retain(|r| r != "metadata");
+                if required.is_empty() {
+                    o.remove("required");
+                }
+            }
         }
     }
     defs
+}
+
+const API_VERSION_DESCRIPTION: &str = "APIVersion defines the versioned schema of this representation of an object. Servers should convert recognized schemas to the latest internal value, and may reject unrecognized values. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#resources";
+const KIND_DESCRIPTION: &str = "Kind is a string value representing the REST resource this object represents. Servers may infer this from the endpoint the client submits requests to. Cannot be updated. In CamelCase. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#types-kinds";
+const METADATA_DESCRIPTION: &str = "Standard object's metadata. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#metadata";
+
+/// The properties kube-apiserver adds to every published CRD schema (the
+/// CRD itself leaves them out): `kubectl explain machine` lists them.
+fn type_meta_properties() -> [(&'static str, Value); 3] {
+    [
+        (
+            "apiVersion",
+            json!({"description": API_VERSION_DESCRIPTION, "type": "string"}),
+        ),
+        (
+            "kind",
+            json!({"description": KIND_DESCRIPTION, "type": "string"}),
+        ),
+        (
+            "metadata",
+            json!({"description": METADATA_DESCRIPTION,
+                   "allOf": [{"$ref": "#/components/schemas/io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta"}]}),
+        ),
+    ]
 }
 
 /// The CRD schemas of the metalherd kinds, under kube-apiserver's names,
@@ -181,6 +221,11 @@ pub(super) fn crd_schemas() -> Map<String, Value> {
             .and_then(|s| serde_json::to_value(s).ok());
         if let Some(mut schema) = schema {
             schema["x-kubernetes-group-version-kind"] = json!([gvk(kind)]);
+            if let Some(props) = schema.get_mut("properties").and_then(Value::as_object_mut) {
+                for (name, p) in type_meta_properties() {
+                    props.entry(name).or_insert(p);
+                }
+            }
             schemas.insert(schema_name(kind), schema);
         }
     }

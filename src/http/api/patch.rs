@@ -17,7 +17,7 @@ use super::handlers::{
     status_kind,
 };
 use super::writes::{Target, WriteQuery, Writer};
-use super::{ApiError, ApiState, Group};
+use super::{ApiError, ApiState, Group, ssa};
 use crate::store::{modify, resource_version_of};
 
 pub async fn patch(
@@ -98,6 +98,14 @@ async fn patch_object(
     let accepted = ct.starts_with("application/merge-patch+json")
         || json_patch
         || (strategic && kind.is_builtin());
+    if strategic && !accepted {
+        // kube-apiserver's words for a custom resource (kubectl prints them).
+        return Err(ApiError::new(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "UnsupportedMediaType",
+            "the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml",
+        ));
+    }
     if !accepted {
         return Err(ApiError::new(
             StatusCode::UNSUPPORTED_MEDIA_TYPE,
@@ -150,13 +158,14 @@ async fn patch_object(
         {
             m.insert("resourceVersion".into(), rv);
         }
+        let sent = ssa::sent(&merged);
         conform(kind, ns, Some(name), &mut merged)?;
         let mut next = if status {
             checked(kind, &merged)?
         } else {
             admitted(st, kind, &merged)?
         };
-        w.track(kind, status, Some(&current), &mut next);
+        w.track(kind, status, Some(&current), sent, &mut next);
         Ok::<_, ApiError>(Some(next))
     })
     .await?;

@@ -51,16 +51,27 @@ pub fn scale_of(obj: &Value) -> Value {
         }
     }
     let int = |p: &str| obj.pointer(p).and_then(Value::as_i64).unwrap_or(0);
-    let selector = obj
+    // As autoscaling/v1 serializes them: `spec.replicas` and
+    // `status.selector` are `omitempty` (0 and "" are left out),
+    // `status.replicas` is always there.
+    let mut spec = json!({});
+    if int("/spec/replicas") != 0 {
+        spec["replicas"] = int("/spec/replicas").into();
+    }
+    let mut status = json!({"replicas": int("/status/replicas")});
+    if let Some(sel) = obj
         .pointer("/status/selector")
         .and_then(Value::as_str)
-        .unwrap_or_default();
+        .filter(|s| !s.is_empty())
+    {
+        status["selector"] = sel.into();
+    }
     json!({
         "kind": "Scale",
         "apiVersion": SCALE_API_VERSION,
         "metadata": m,
-        "spec": {"replicas": int("/spec/replicas")},
-        "status": {"replicas": int("/status/replicas"), "selector": selector},
+        "spec": spec,
+        "status": status,
     })
 }
 
@@ -195,7 +206,7 @@ async fn write_scale(
                 spec.insert("replicas".into(), replicas.into());
             }
             let mut next = checked(kind, &obj)?;
-            w.track(kind, false, Some(&current), &mut next);
+            w.track(kind, false, Some(&current), None, &mut next);
             Ok::<_, ApiError>(Some(next))
         },
     )
@@ -234,12 +245,11 @@ mod tests {
                 "metadata": {"name": "w", "namespace": "default", "uid": "u1", "resourceVersion": "7"},
                 "spec": {"replicas": 3}, "status": {"replicas": 2, "selector": "role=worker"}})
         );
-        // No status yet: zero and an empty selector, as Kubernetes answers.
-        let fresh = json!({"metadata": {"name": "w"}, "spec": {"replicas": 1}});
-        assert_eq!(
-            scale_of(&fresh)["status"],
-            json!({"replicas": 0, "selector": ""})
-        );
+        // No status yet: zero replicas and no selector; zero wanted is no
+        // `spec.replicas`, as kube-apiserver answers (both `omitempty`).
+        let fresh = json!({"metadata": {"name": "w"}, "spec": {"replicas": 0}});
+        assert_eq!(scale_of(&fresh)["status"], json!({"replicas": 0}));
+        assert_eq!(scale_of(&fresh)["spec"], json!({}));
     }
 
     const K: Kind = Kind::MachineSet;

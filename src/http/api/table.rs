@@ -102,10 +102,11 @@ fn columns(kind: Kind) -> Vec<Column> {
             column("Type", "string", 0, Some(".type")),
             column("Reason", "string", 0, Some(".reason")),
             column("Object", "string", 0, None),
+            column("Subobject", "string", 1, None),
             column("Source", "string", 1, Some(".source.component")),
             column("Message", "string", 0, Some(".message")),
             column("First Seen", "string", 1, Some(".firstTimestamp")),
-            column("Count", "integer", 1, Some(".count")),
+            column("Count", "string", 1, None),
             column("Name", "string", 1, Some(".metadata.name")),
         ],
         _ => crd_columns(kind),
@@ -234,6 +235,12 @@ fn builtin_cell(kind: Kind, col: &Column, o: &Value, now: Timestamp) -> Value {
         (Kind::Event, "Last Seen") => eval(o, ".lastTimestamp")
             .or_else(|| eval(o, ".firstTimestamp"))
             .map_or(Value::Null, |v| age(v, now)),
+        (Kind::Event, "Subobject") => json!(
+            eval(o, ".involvedObject.fieldPath")
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+        ),
+        (Kind::Event, "Count") => eval(o, ".count").cloned().unwrap_or(Value::Null),
         (Kind::Event, "First Seen") => {
             eval(o, ".firstTimestamp").map_or(Value::Null, |v| age(v, now))
         }

@@ -445,6 +445,28 @@ async fn server_side_apply_creates_owns_and_refuses_conflicts() {
     assert_eq!(code, StatusCode::BAD_REQUEST);
     let (_, b) = call(&app, "GET", url, None).await;
     assert_eq!(b["spec"]["holderIdentity"], "b");
+    // A delete too, asked in the query or in DeleteOptions (as `kubectl
+    // delete --dry-run=server` asks): nothing goes.
+    let (code, _) = call(&app, "DELETE", &format!("{url}?dryRun=All"), None).await;
+    assert_eq!(code, StatusCode::BAD_REQUEST);
+    let options = json!({"kind": "DeleteOptions", "apiVersion": "v1", "dryRun": ["All"]});
+    let (code, _) = call(&app, "DELETE", url, Some(options.clone())).await;
+    assert_eq!(code, StatusCode::BAD_REQUEST);
+    let (code, _) = call(&app, "GET", url, None).await;
+    assert_eq!(code, StatusCode::OK, "deleted by a dry run");
+    let ns = "/api/v1/namespaces/lab";
+    let (code, _) = call(
+        &app,
+        "POST",
+        "/api/v1/namespaces",
+        Some(json!({"metadata": {"name": "lab"}})),
+    )
+    .await;
+    assert_eq!(code, StatusCode::CREATED);
+    let (code, _) = call(&app, "DELETE", ns, Some(options)).await;
+    assert_eq!(code, StatusCode::BAD_REQUEST);
+    let (code, _) = call(&app, "GET", ns, None).await;
+    assert_eq!(code, StatusCode::OK, "namespace deleted by a dry run");
 }
 
 /// A watch from a version the store no longer keeps is answered as

@@ -28,6 +28,23 @@ pub struct WriteQuery {
     pub dry_run: Option<String>,
 }
 
+/// The query of a write, refused when it asks for a dry run: better
+/// refused than done, since a client asking for a dry run does not expect
+/// the change to be made.
+pub(super) fn no_dry_run(
+    q: Result<Query<WriteQuery>, QueryRejection>,
+) -> Result<WriteQuery, ApiError> {
+    let q = q
+        .map(|Query(q)| q)
+        .map_err(|e| ApiError::bad_request(e.body_text()))?;
+    if q.dry_run.as_deref().is_some_and(|d| !d.is_empty()) {
+        return Err(ApiError::bad_request(DRY_RUN_REFUSED));
+    }
+    Ok(q)
+}
+
+const DRY_RUN_REFUSED: &str = "dryRun is not supported by this server; nothing was changed";
+
 /// Who makes a write (for `metadata.managedFields`), and when.
 pub(super) struct Writer {
     pub(super) manager: String,
@@ -42,16 +59,7 @@ impl Writer {
         q: Result<Query<WriteQuery>, QueryRejection>,
         headers: &HeaderMap,
     ) -> Result<Writer, ApiError> {
-        let q = q
-            .map(|Query(q)| q)
-            .map_err(|e| ApiError::bad_request(e.body_text()))?;
-        if q.dry_run.as_deref().is_some_and(|d| !d.is_empty()) {
-            // Better refused than done: a client asking for a dry run
-            // does not expect the change to be made.
-            return Err(ApiError::bad_request(
-                "dryRun is not supported by this server; nothing was changed",
-            ));
-        }
+        let q = no_dry_run(q)?;
         let user_agent = headers
             .get(header::USER_AGENT)
             .and_then(|v| v.to_str().ok());
@@ -89,9 +97,18 @@ impl Writer {
         }
     }
 
-    /// Record this write's changes from `old` (none: a create) to `new`.
-    pub(super) fn track(&self, kind: Kind, status: bool, old: Option<&Value>, new: &mut Value) {
-        ssa::track_update(old, new, &self.write(kind, status));
+    /// Record this write's changes from `old` (none: a create) to `new`,
+    /// onto the record the client `sent` ([`ssa::sent`], not for status).
+    pub(super) fn track(
+        &self,
+        kind: Kind,
+        status: bool,
+        old: Option<&Value>,
+        sent: Option<Vec<ssa::Entry>>,
+        new: &mut Value,
+    ) {
+        let sent = sent.filter(|_| !status);
+        ssa::track_update(old, sent, new, &self.write(kind, status));
     }
 }
 
@@ -144,6 +161,7 @@ async fn create_object(
     w: &Writer,
 ) -> Res {
     let mut v = body_object(kind, headers, body)?;
+    let sent = ssa::sent(&v);
     conform(kind, ns, None, &mut v)?;
     if let Some(obj) = v.as_object_mut() {
         // Status is written through /status only, as in Kubernetes.
@@ -168,7 +186,7 @@ async fn create_object(
         false => None,
     };
     let mut v = admitted(st, kind, &v)?;
-    w.track(kind, false, None, &mut v);
+    w.track(kind, false, None, sent, &mut v);
     let created = st.store.create(kind, v).await?;
     Ok(ok_json(StatusCode::CREATED, &created))
 }
@@ -262,6 +280,7 @@ async fn replace_object(
 ) -> Res {
     let (kind, ns, name) = (t.kind, t.ns, t.name);
     let mut v = body_object(kind, headers, body)?;
+    let sent = ssa::sent(&v);
     conform(kind, ns, Some(name), &mut v)?;
     let v = if t.status {
         checked(kind, &v)?
@@ -274,7 +293,7 @@ async fn replace_object(
         // overwrite one that exists (kube-apiserver's lease strategy).
         let _in_ns = namespaces::require(st, ns).await?;
         let mut v = v;
-        w.track(kind, false, None, &mut v);
+        w.track(kind, false, None, sent, &mut v);
         return match st.store.create(kind, v).await {
             Ok(created) => Ok(ok_json(StatusCode::CREATED, &created)),
             Err(StoreError::AlreadyExists { .. }) => Err(ApiError::invalid(
@@ -309,7 +328,7 @@ async fn replace_object(
             // Unconditional: replace whatever is current.
             m.insert("resourceVersion".into(), rv);
         }
-        w.track(kind, t.status, Some(&current), &mut next);
+        w.track(kind, t.status, Some(&current), sent.clone(), &mut next);
         Ok(Some(next))
     })
     .await?;
@@ -319,12 +338,40 @@ async fn replace_object(
     }
 }
 
+/// A delete's options, in the query or as a `DeleteOptions` body (where
+/// kubectl puts them): a dry run is refused as for every write.
+fn delete_options(
+    q: Result<Query<WriteQuery>, QueryRejection>,
+    headers: &HeaderMap,
+    body: &Bytes,
+) -> Result<(), ApiError> {
+    no_dry_run(q)?;
+    let json = super::handlers::content_type(headers).starts_with("application/json");
+    if body.is_empty() || !json {
+        return Ok(());
+    }
+    let options: Value = serde_json::from_slice(body)
+        .map_err(|e| ApiError::bad_request(format!("DeleteOptions are not valid JSON: {e}")))?;
+    let dry_run = options
+        .get("dryRun")
+        .and_then(Value::as_array)
+        .is_some_and(|d| !d.is_empty());
+    if dry_run {
+        return Err(ApiError::bad_request(DRY_RUN_REFUSED));
+    }
+    Ok(())
+}
+
 pub async fn delete(
     State(st): State<ApiState>,
     Extension(group): Extension<Group>,
     Path((ns, plural, name)): Path<(String, String, String)>,
+    q: Result<Query<WriteQuery>, QueryRejection>,
+    headers: HeaderMap,
+    body: Bytes,
 ) -> Res {
     let kind = namespaced_kind(group, &plural)?;
+    delete_options(q, &headers, &body)?;
     match st.store.delete(kind, &ns, &name).await? {
         Deleted::Gone(v) => Ok(ok_json(StatusCode::OK, &v)),
         // Finalizers remain: the object is marked and goes later.
@@ -333,6 +380,13 @@ pub async fn delete(
 }
 
 /// DELETE `/api/v1/namespaces/{name}`: see [`namespaces::delete`].
-pub async fn delete_namespace(State(st): State<ApiState>, Path(name): Path<String>) -> Res {
+pub async fn delete_namespace(
+    State(st): State<ApiState>,
+    Path(name): Path<String>,
+    q: Result<Query<WriteQuery>, QueryRejection>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Res {
+    delete_options(q, &headers, &body)?;
     namespaces::delete(&st, &name).await
 }

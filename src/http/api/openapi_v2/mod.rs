@@ -189,11 +189,20 @@ impl Ops {
     }
 
     fn op(&self, action: &str, verb: &str, suffix: &str, params: Vec<Value>, out: Value) -> Value {
-        let consumes = if action == "patch" {
+        let consumes = if action == "patch" && self.kind.is_builtin() {
             json!([
                 "application/json-patch+json",
                 "application/merge-patch+json",
                 "application/strategic-merge-patch+json",
+                "application/apply-patch+yaml"
+            ])
+        } else if action == "patch" {
+            // No strategic merge patches for the CRD kinds, as kube-apiserver
+            // publishes them: kubectl apply reads this list and would
+            // otherwise try one, and warn when it cannot build it.
+            json!([
+                "application/json-patch+json",
+                "application/merge-patch+json",
                 "application/apply-patch+yaml"
             ])
         } else {

@@ -21,8 +21,11 @@
 //!   leave every set.
 //! - The controllers write through the store, not the API: their writes
 //!   are nobody's and keep the entries as they read them.
-//! - `metadata.managedFields` sent by a client is ignored (the server's
-//!   own record is kept).
+//! - `metadata.managedFields` sent by a client with an update replaces the
+//!   server's record when it is a well-formed, non-empty list, as with
+//!   kube-apiserver (kubectl rewrites it when moving an object from
+//!   client-side to server-side apply); otherwise the server's is kept.
+//!   Never on `/status` or an apply.
 //!
 //! Pure: values in, values out; the handlers in `patch.rs` and
 //! `handlers.rs` read and write the store.
@@ -74,8 +77,10 @@ impl Entry {
         if let Some(sub) = &self.subresource {
             s.push_str(&format!(" with subresource {sub:?}"));
         }
+        // Never the time: kube-apiserver leaves it out of the manager's
+        // identity, so its conflicts do not show it either.
         if self.operation == Operation::Update {
-            s.push_str(&format!(" using {} at {}", self.api_version, self.time));
+            s.push_str(&format!(" using {}", self.api_version));
         }
         s
     }
@@ -124,16 +129,27 @@ pub fn entries(obj: &Value) -> Vec<Entry> {
         .unwrap_or_default()
 }
 
-/// Record `entries` on `obj` (no key at all when there are none).
+/// Record `entries` on `obj` (no key at all when there are none), in
+/// kube-apiserver's order: applies before updates, then by time (to the
+/// second), manager, apiVersion and subresource.
 pub fn set_entries(obj: &mut Value, entries: &[Entry]) {
     let Some(meta) = obj.get_mut("metadata").and_then(Value::as_object_mut) else {
         return;
     };
-    let kept: Vec<Value> = entries
-        .iter()
-        .filter(|e| !e.fields.is_empty())
-        .map(Entry::to_value)
-        .collect();
+    let mut kept: Vec<&Entry> = entries.iter().filter(|e| !e.fields.is_empty()).collect();
+    kept.sort_by(|a, b| {
+        let key = |e: &'_ Entry| {
+            (
+                e.operation.as_str(),
+                e.time.clone(),
+                e.manager.clone(),
+                e.api_version.clone(),
+                e.subresource.clone().unwrap_or_default(),
+            )
+        };
+        key(a).cmp(&key(b))
+    });
+    let kept: Vec<Value> = kept.into_iter().map(Entry::to_value).collect();
     if kept.is_empty() {
         meta.remove("managedFields");
     } else {
@@ -151,10 +167,23 @@ pub struct Write<'a> {
     pub now: &'a str,
 }
 
-/// `obj` with the server's record of `live` (none when creating) brought
-/// up to date for an `Update` from `old` to `obj` by `w.manager`.
-pub fn track_update(old: Option<&Value>, obj: &mut Value, w: &Write<'_>) {
-    let mut list = old.map(entries).unwrap_or_default();
+/// The record a client wrote into `metadata.managedFields`, when it is one
+/// (a non-empty list whose every entry reads); kube-apiserver takes it as
+/// the record to bring up to date, which is how kubectl moves an object
+/// from client-side to server-side apply. Anything else is no record.
+pub fn sent(obj: &Value) -> Option<Vec<Entry>> {
+    let list = obj.pointer("/metadata/managedFields")?.as_array()?;
+    if list.is_empty() {
+        return None;
+    }
+    list.iter().map(Entry::from_value).collect()
+}
+
+/// `obj` with the server's record brought up to date for an `Update` from
+/// `old` (none when creating) to `obj` by `w.manager`: the record the
+/// client `sent` ([`sent`]), else `old`'s.
+pub fn track_update(old: Option<&Value>, sent: Option<Vec<Entry>>, obj: &mut Value, w: &Write<'_>) {
+    let mut list = sent.unwrap_or_else(|| old.map(entries).unwrap_or_default());
     let empty = json!({});
     let (changed, removed) = paths::diff(old.unwrap_or(&empty), obj, w.scope);
     let changed: FieldSet = changed.into_iter().filter(|p| w.scope.owns(p)).collect();
@@ -189,7 +218,7 @@ pub fn track_update(old: Option<&Value>, obj: &mut Value, w: &Write<'_>) {
 /// A field another manager owns that an apply would change.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Conflict {
-    /// As kube-apiserver names it: `"kubectl-edit" using v1 at 2026-...`.
+    /// As kube-apiserver names it: `"kubectl-edit" using v1`.
     pub manager: String,
     pub field: Path,
 }
@@ -249,11 +278,20 @@ pub fn apply(
             }
         }
     }
-    if !conflicts.is_empty() {
-        if !force {
-            return Err(conflicts);
-        }
-        // Forced: the fields change hands.
+    let mut force = force;
+    if !conflicts.is_empty() && !force && w.manager == LAST_APPLIED_MANAGER {
+        // kube-apiserver's move from client-side apply: kubectl's apply may
+        // take the fields its last client-side apply set, as long as they
+        // still hold what it set then.
+        let allowed = last_applied_fields(live, w);
+        conflicts.retain(|c| !allowed.contains(&c.field));
+        force = conflicts.is_empty();
+    }
+    if !conflicts.is_empty() && !force {
+        return Err(conflicts);
+    }
+    if force {
+        // Forced: the fields change hands (none do without conflicts).
         for e in list.iter_mut().filter(|e| !mine(e)) {
             e.fields.retain(|q| {
                 !applied
@@ -305,7 +343,67 @@ pub fn apply(
         fields: applied,
     });
     set_entries(&mut obj, &list);
+    if w.manager == LAST_APPLIED_MANAGER {
+        sync_last_applied(&mut obj, config);
+    }
     Ok(obj)
+}
+
+/// The manager whose applies kube-apiserver reconciles with client-side
+/// apply's annotation: kubectl's default for `apply --server-side`.
+const LAST_APPLIED_MANAGER: &str = "kubectl";
+
+/// The annotation where client-side `kubectl apply` keeps what it applied.
+const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
+
+fn last_applied(obj: &Value) -> Option<&str> {
+    obj.pointer("/metadata/annotations")?
+        .get(LAST_APPLIED)?
+        .as_str()
+        .filter(|s| !s.is_empty())
+}
+
+/// The fields of `live`'s last-applied annotation (of the same apiVersion)
+/// that still hold the values it names: those kubectl's server-side apply
+/// may take from the client-side apply that set them.
+fn last_applied_fields(live: Option<&Value>, w: &Write<'_>) -> FieldSet {
+    let Some(live) = live else {
+        return FieldSet::new();
+    };
+    let Some(la) = last_applied(live).and_then(|s| serde_json::from_str::<Value>(s).ok()) else {
+        return FieldSet::new();
+    };
+    if la.get("apiVersion").and_then(Value::as_str) != Some(w.api_version) {
+        return FieldSet::new();
+    }
+    paths::fields_of(&la, w.scope)
+        .into_iter()
+        .filter(|p| paths::get(&la, p) == paths::get(live, p))
+        .collect()
+}
+
+/// After kubectl's server-side apply, the last-applied annotation (when
+/// the object has one) holds the configuration just applied, as
+/// kube-apiserver keeps it, so a later client-side apply diffs against it.
+fn sync_last_applied(obj: &mut Value, config: &Value) {
+    if last_applied(obj).is_none() {
+        return;
+    }
+    let mut applied = config.clone();
+    if let Some(a) = applied
+        .pointer_mut("/metadata/annotations")
+        .and_then(Value::as_object_mut)
+    {
+        a.remove(LAST_APPLIED);
+    }
+    // Encoded as kube-apiserver encodes it: keys sorted, a newline last.
+    let text = format!("{applied}\n");
+    if let Some(a) = obj
+        .pointer_mut("/metadata/annotations")
+        .and_then(Value::as_object_mut)
+    {
+        a.insert(LAST_APPLIED.into(), text.into());
+    }
 }
 
 /// Whether applying `config`'s field `p` changes `live`. An empty map

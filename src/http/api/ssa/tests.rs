@@ -134,14 +134,14 @@ fn managers_of_different_labels_do_not_conflict() {
 fn updates_take_the_fields_they_change() {
     let created = lease(json!({"holderIdentity": "a", "leaseDurationSeconds": 15}));
     let mut obj = created.clone();
-    track_update(None, &mut obj, &w("kubectl-create", "t1"));
+    track_update(None, None, &mut obj, &w("kubectl-create", "t1"));
     assert_eq!(
         owned(&obj, "kubectl-create"),
         [".spec.holderIdentity", ".spec.leaseDurationSeconds"]
     );
     let mut patched = obj.clone();
     patched["spec"]["holderIdentity"] = json!("b");
-    track_update(Some(&obj), &mut patched, &w("kubectl-patch", "t2"));
+    track_update(Some(&obj), None, &mut patched, &w("kubectl-patch", "t2"));
     assert_eq!(owned(&patched, "kubectl-patch"), [".spec.holderIdentity"]);
     assert_eq!(
         owned(&patched, "kubectl-create"),
@@ -158,7 +158,7 @@ fn updates_take_the_fields_they_change() {
     .unwrap_err();
     assert_eq!(
         conflict_message(&c),
-        "Apply failed with 1 conflict: conflict with \"kubectl-patch\" using coordination.k8s.io/v1 at t2: .spec.holderIdentity"
+        "Apply failed with 1 conflict: conflict with \"kubectl-patch\" using coordination.k8s.io/v1: .spec.holderIdentity"
     );
     // A removed field leaves every set.
     let mut removed = patched.clone();
@@ -166,7 +166,7 @@ fn updates_take_the_fields_they_change() {
         .as_object_mut()
         .unwrap()
         .remove("leaseDurationSeconds");
-    track_update(Some(&patched), &mut removed, &w("kubectl-edit", "t4"));
+    track_update(Some(&patched), None, &mut removed, &w("kubectl-edit", "t4"));
     assert!(owned(&removed, "kubectl-create").is_empty(), "{removed}");
     assert!(owned(&removed, "kubectl-edit").is_empty());
 }
@@ -222,4 +222,80 @@ fn managers_are_named_by_field_manager_or_user_agent() {
         "kubectl"
     );
     assert_eq!(manager_of(Some(""), None), "unknown");
+}
+
+/// After a client-side `kubectl apply`, kubectl's first `apply
+/// --server-side` takes over the fields the last-applied annotation names
+/// (while they still hold its values), and the annotation follows what it
+/// applies; another manager, or a field changed since, still conflicts.
+#[test]
+fn kubectl_moves_from_client_side_apply_as_with_kube_apiserver() {
+    let old = r#"{"apiVersion":"coordination.k8s.io/v1","kind":"Lease","metadata":{"annotations":{},"name":"l","namespace":"default"},"spec":{"holderIdentity":"a"}}"#;
+    let mut live = lease(json!({"holderIdentity": "a"}));
+    live["metadata"]["annotations"] = json!({LAST_APPLIED: format!("{old}\n")});
+    track_update(None, None, &mut live, &w("kubectl-client-side-apply", "t0"));
+    let config = lease(json!({"holderIdentity": "b"}));
+    let other = apply(Some(&live), &config, &w("elector", "t1"), false).unwrap_err();
+    assert_eq!(paths::display(&other[0].field), ".spec.holderIdentity");
+    let out = apply(Some(&live), &config, &w("kubectl", "t1"), false).unwrap();
+    assert_eq!(out["spec"]["holderIdentity"], "b");
+    assert_eq!(owned(&out, "kubectl"), [".spec.holderIdentity"]);
+    assert_eq!(
+        out["metadata"]["annotations"][LAST_APPLIED],
+        "{\"apiVersion\":\"coordination.k8s.io/v1\",\"kind\":\"Lease\",\"metadata\":{\"name\":\"l\",\"namespace\":\"default\"},\"spec\":{\"holderIdentity\":\"b\"}}\n"
+    );
+    // Changed by hand since the client-side apply: no longer forgiven.
+    let mut edited = live.clone();
+    edited["spec"]["holderIdentity"] = json!("c");
+    assert!(apply(Some(&edited), &config, &w("kubectl", "t1"), false).is_err());
+}
+
+/// A record a client writes (kubectl's move to server-side apply drops its
+/// client-side manager) replaces the server's; a malformed or empty one
+/// is no record and the server's stays.
+#[test]
+fn a_record_the_client_sends_replaces_the_servers() {
+    let mut obj = lease(json!({"holderIdentity": "a"}));
+    track_update(None, None, &mut obj, &w("kubectl-client-side-apply", "t0"));
+    let obj = apply(Some(&obj), &obj, &w("kubectl", "t1"), true).unwrap();
+    let mut rewritten = obj.clone();
+    rewritten["metadata"]["managedFields"]
+        .as_array_mut()
+        .unwrap()
+        .retain(|e| e["manager"] == "kubectl");
+    let sent_list = sent(&rewritten);
+    assert_eq!(sent_list.as_ref().map(Vec::len), Some(1));
+    let mut next = rewritten.clone();
+    track_update(Some(&obj), sent_list, &mut next, &w("kubectl", "t2"));
+    let managers: Vec<String> = entries(&next).into_iter().map(|e| e.manager).collect();
+    assert_eq!(managers, ["kubectl"]);
+    for bad in [json!([]), json!([{}]), json!("x")] {
+        let mut o = obj.clone();
+        o["metadata"]["managedFields"] = bad;
+        assert!(sent(&o).is_none());
+    }
+}
+
+/// Entries in kube-apiserver's order: applies first, then oldest first,
+/// then by manager (two writes in one second are in name order).
+#[test]
+fn entries_are_kept_in_kube_apiservers_order() {
+    let mut obj = lease(json!({"holderIdentity": "a"}));
+    track_update(None, None, &mut obj, &w("kubectl-create", "t0"));
+    let obj = apply(
+        Some(&obj),
+        &lease(json!({"leaseDurationSeconds": 5})),
+        &w("z", "t1"),
+        false,
+    )
+    .unwrap();
+    let obj = apply(
+        Some(&obj),
+        &lease(json!({"leaseTransitions": 1})),
+        &w("c", "t0"),
+        false,
+    )
+    .unwrap();
+    let order: Vec<String> = entries(&obj).into_iter().map(|e| e.manager).collect();
+    assert_eq!(order, ["c", "z", "kubectl-create"]);
 }
