@@ -248,6 +248,8 @@ YAML
 lab_kube_up() {
   local ns=$1 run=$2 k="$2/kube" bin token i
   bin=$("$LAB_ROOT/scripts/kubernetes-build" | tail -n1)
+  # The admin token, the keys and the kubeconfig are for root alone.
+  mkdir -p -m 0700 "$k"
   mkdir -p "$k/pki"
   echo "$ns" > "$k/netns"
   (
