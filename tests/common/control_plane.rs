@@ -408,11 +408,33 @@ impl ControlPlane {
                 "--all",
             ]);
             if ok {
-                return;
+                break;
             }
             let racing = err.contains("accessor error") && Instant::now() < deadline;
             assert!(racing, "CRDs not established: {out}{err}");
             std::thread::sleep(Duration::from_millis(200));
+        }
+        // Established is not yet published: the OpenAPI schema that
+        // `kubectl explain` and server-side apply read follows a moment
+        // later ("couldn't find resource for ..."). Ask until each kind
+        // explains.
+        for kind in [
+            "machines",
+            "machineclasses",
+            "machinesets",
+            "discoveredmachines",
+        ] {
+            loop {
+                let (ok, out, err) = self.kubectl(&["explain", &format!("{kind}.metadata")]);
+                if ok {
+                    break;
+                }
+                assert!(
+                    Instant::now() < deadline,
+                    "{kind}: schema not published: {out}{err}"
+                );
+                std::thread::sleep(Duration::from_millis(200));
+            }
         }
     }
 
