@@ -105,6 +105,17 @@ pub async fn kube_apiserver_store() -> (
             }
         }
     }
+    // The suite's cluster-scoped Namespace: kube-apiserver deletes it in
+    // the background (the namespace controller empties it first).
+    let _ = store.delete(Kind::Namespace, "", "suite-lab").await;
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while store.get(Kind::Namespace, "", "suite-lab").await.is_ok() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "Namespace suite-lab not deleted in 60 s"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
     (turn, cp, store)
 }
 
@@ -112,6 +123,21 @@ mod kube_apiserver {
     async fn open() -> super::suite::Opened {
         let (turn, cp, store) = super::kube_apiserver_store().await;
         (Box::new((turn, cp)), store)
+    }
+    all_tests!(open);
+}
+
+/// The read cache `serve` puts in front of a remote store, over
+/// kube-apiserver: the same suite, served partly from memory.
+mod cached_on_kube_apiserver {
+    async fn open() -> super::suite::Opened {
+        let (turn, cp, store) = super::kube_apiserver_store().await;
+        let cancel = tokio_util::sync::CancellationToken::new();
+        let cached = metalherd::store::cache::CachingStore::new(store, cancel.clone());
+        (
+            Box::new((turn, cp, cancel.drop_guard())),
+            std::sync::Arc::new(cached),
+        )
     }
     all_tests!(open);
 }

@@ -40,14 +40,22 @@ pub enum Api {
 /// store, the benchmark's own (the same one on the stand-in), and the API
 /// server.
 pub async fn start() -> Option<(Arc<dyn Store>, Arc<dyn Store>, Api)> {
+    // As `serve` does on a remote store: the controllers and boot services
+    // read by name from the cache the watches keep.
+    let cached = |s: Arc<dyn Store>| -> Arc<dyn Store> {
+        Arc::new(metalherd::store::cache::CachingStore::new(
+            s,
+            tokio_util::sync::CancellationToken::new(),
+        ))
+    };
     match std::env::var("METALHERD_BENCH_STORE").ok().as_deref() {
         Some("kubernetes") => {
             let (store, api) = StandIn::start().await;
-            Some((store.clone(), store, Api::StandIn(Box::new(api))))
+            Some((cached(store.clone()), store, Api::StandIn(Box::new(api))))
         }
         Some("kube-apiserver") => {
             let (store, bench, api) = Real::start().await;
-            Some((store, bench, Api::Real(Box::new(api))))
+            Some((cached(store), bench, Api::Real(Box::new(api))))
         }
         _ => None,
     }

@@ -86,6 +86,18 @@ pub async fn serve(global: &crate::cli::GlobalArgs, args: ServeArgs) -> anyhow::
     crate::datadir::write_server_url(&data_dir, bound, tls.is_some())?;
 
     let cancel = CancellationToken::new();
+    // The controllers and boot services read Machines, classes, sets and
+    // Secrets by name on every reconcile and boot request: on a remote API
+    // server they read them from a cache the watches keep (the API this
+    // process serves reads the server itself).
+    let working: Arc<dyn Store> = if matches!(store_config, StoreConfig::Kubernetes { .. }) {
+        Arc::new(crate::store::cache::CachingStore::new(
+            store.clone(),
+            cancel.clone(),
+        ))
+    } else {
+        store.clone()
+    };
     let registry = MetricsRegistry::new();
     let api_metrics = ApiMetrics::register(&registry);
     registry.with_registry(crate::bmc::ipmi::metrics::register);
@@ -98,12 +110,12 @@ pub async fn serve(global: &crate::cli::GlobalArgs, args: ServeArgs) -> anyhow::
     match election {
         None => {
             let started = boot::start(
-                &config, &data_dir, &store, &registry, &mut tasks, &cancel, false,
+                &config, &data_dir, &working, &registry, &mut tasks, &cancel, false,
             )
             .await?;
             controllers::start(
                 &config,
-                &store,
+                &working,
                 &registry,
                 started.lease_releaser,
                 None,
@@ -134,7 +146,7 @@ pub async fn serve(global: &crate::cli::GlobalArgs, args: ServeArgs) -> anyhow::
                 leader::Acting {
                     config: config.clone(),
                     data_dir: data_dir.clone(),
-                    store: store.clone(),
+                    store: working.clone(),
                     registry: registry.clone(),
                 },
                 lost.clone(),

@@ -19,6 +19,7 @@
 //! to callers, as in Kubernetes: only the backend that issued it compares or
 //! parses it.
 
+pub mod cache;
 pub mod embedded;
 pub mod events;
 pub mod kubernetes;

@@ -40,6 +40,18 @@ mod memory {
     all_tests!(open);
 }
 
+mod cached {
+    async fn open() -> super::suite::Opened {
+        let inner = crate::store::open(&crate::store::StoreConfig::Memory)
+            .await
+            .unwrap();
+        let cancel = tokio_util::sync::CancellationToken::new();
+        let s = crate::store::cache::CachingStore::new(inner, cancel.clone());
+        (Box::new(cancel.drop_guard()), std::sync::Arc::new(s))
+    }
+    all_tests!(open);
+}
+
 /// A refused write leaves the list's version as it was. The in-process
 /// backends promise this; a Kubernetes list's version moves with any write
 /// anywhere in the cluster.

@@ -67,9 +67,16 @@ impl MachineReconciler {
         Ok(n)
     }
 
-    async fn class(&self, ns: &str, m: &Machine) -> Result<ClassObserved, StoreError> {
+    /// The class the machine installs, and the resourceVersion of the live
+    /// class it was read from (`None` for a set's pinned snapshot, which
+    /// never changes, and when there is no class).
+    async fn class(
+        &self,
+        ns: &str,
+        m: &Machine,
+    ) -> Result<(ClassObserved, Option<String>), StoreError> {
         let Some(r) = &m.spec.class_ref else {
-            return Ok(ClassObserved::NotReferenced);
+            return Ok((ClassObserved::NotReferenced, None));
         };
         // A set's machine installs its pinned revision's snapshot, and is
         // up to date when it installed that snapshot: a live class change
@@ -79,14 +86,33 @@ impl MachineReconciler {
         if let Some((snapshot, hash)) = pinned {
             let mut view = ClassView::new(m, &snapshot);
             view.revision = hash;
-            return Ok(ClassObserved::Present(view));
+            return Ok((ClassObserved::Present(view), None));
         }
         match self.store.get_obj::<MachineClass>(ns, &r.name).await {
-            Ok(c) => Ok(ClassObserved::Present(ClassView::new(m, &c))),
-            Err(e) if e.is_not_found() => Ok(ClassObserved::Missing {
-                name: r.name.clone(),
-            }),
+            Ok(c) => {
+                let version = c.metadata.resource_version.clone();
+                Ok((ClassObserved::Present(ClassView::new(m, &c)), version))
+            }
+            Err(e) if e.is_not_found() => Ok((
+                ClassObserved::Missing {
+                    name: r.name.clone(),
+                },
+                None,
+            )),
             Err(e) => Err(e),
+        }
+    }
+
+    /// Whether the live class moved on since the plan read it at
+    /// `planned_from` (a watch brought an edit while the BMC was asked).
+    /// The read is the cache's on a remote store, a local read otherwise.
+    async fn class_moved(&self, ns: &str, m: &Machine, planned_from: &Option<String>) -> bool {
+        let (Some(planned), Some(r)) = (planned_from, &m.spec.class_ref) else {
+            return false;
+        };
+        match self.store.get_obj::<MachineClass>(ns, &r.name).await {
+            Ok(c) => c.metadata.resource_version.as_ref() != Some(planned),
+            Err(_) => true,
         }
     }
 
@@ -139,7 +165,7 @@ impl MachineReconciler {
             }
             Err(e) => return Err(e.into()),
         };
-        let class = self.class(&key.namespace, &m).await?;
+        let (class, class_version) = self.class(&key.namespace, &m).await?;
         let (bmc, observed_bmc) = match self.bmc(&m).await {
             Ok(b) => {
                 let o = match b.power_state().await {
@@ -168,6 +194,17 @@ impl MachineReconciler {
         let now = Timestamp::now();
         let plan = super::decide(&m, &observed, now);
         tracing::debug!(%plan, "plan");
+        // Never act on a plan made from a class that has since changed:
+        // plan again from the new one.
+        if self.class_moved(&key.namespace, &m, &class_version).await {
+            tracing::debug!("class changed while planning; planning again");
+            if let Some(b) = &bmc
+                && let Err(e) = b.close().await
+            {
+                tracing::debug!(error = %e, "BMC logout failed");
+            }
+            return Ok(Requeue::After(CONFLICT_RETRY));
+        }
         let ex = self.executor(key, bmc.as_deref(), now);
         let again = |m: &Machine| {
             let plan = super::decide(m, &observed, now);

@@ -385,3 +385,58 @@ async fn the_boot_storm_limit_makes_the_next_machine_wait_and_survives_restart()
     assert!(!fresh.slots.would_admit(&key("m2")));
     assert!(fresh.slots.would_admit(&key("m1")));
 }
+
+/// Edits the class once, on the first connect: as a class edit that
+/// arrives after the reconcile read the class and before it acted.
+struct EditsTheClass {
+    inner: FakeConnector,
+    store: Arc<dyn Store>,
+    edited: std::sync::atomic::AtomicBool,
+}
+
+#[async_trait::async_trait]
+impl crate::bmc::BmcConnector for EditsTheClass {
+    async fn connect(&self, m: &Machine) -> Result<Box<dyn crate::bmc::Bmc>, BmcError> {
+        if !self.edited.swap(true, std::sync::atomic::Ordering::SeqCst) {
+            let mut c: MachineClass = self.store.get_obj("default", "workers").await.unwrap();
+            c.spec.kubernetes.version = "v1.34.4".into();
+            self.store.update_obj(&c).await.unwrap();
+        }
+        self.inner.connect(m).await
+    }
+}
+
+#[tokio::test]
+async fn a_plan_made_from_a_class_that_changed_since_is_not_acted_on() {
+    let e = env();
+    e.store.create_obj(&class()).await.unwrap();
+    available(&e, "m1").await;
+    let before = get(&e, "m1").await.metadata.resource_version;
+    let bmc = FakeBmc::new();
+    // The first reconcile only asks for power: the class changed while it
+    // did, so it installs nothing from the plan it made before.
+    bmc.expect_power_state(Ok(PowerState::Off)).expect_close();
+    let mut r = reconciler(&e, FakeConnector::new(), 0);
+    r.connector = Arc::new(EditsTheClass {
+        inner: FakeConnector::new().with("m1", bmc.clone()),
+        store: e.store.clone(),
+        edited: false.into(),
+    });
+    let first = r.reconcile(&key("m1")).await.unwrap();
+    assert_eq!(first, Requeue::After(super::CONFLICT_RETRY));
+    bmc.verify().unwrap();
+    assert_eq!(
+        get(&e, "m1").await.metadata.resource_version,
+        before,
+        "nothing written from the stale plan"
+    );
+    // Planned again from the edited class, it installs.
+    bmc.expect_power_state(Ok(PowerState::Off))
+        .expect_boot_once(BootDevice::Network, FirmwareMode::Uefi, Ok(()))
+        .expect_power(PowerAction::On, Ok(()))
+        .expect_close();
+    r.reconcile(&key("m1")).await.unwrap();
+    bmc.verify().unwrap();
+    let st = get(&e, "m1").await.status.unwrap();
+    assert_eq!(st.phase, Some(MachinePhase::Provisioning));
+}
