@@ -20,6 +20,7 @@
 //! parses it.
 
 pub mod cache;
+pub mod dry_run;
 pub mod embedded;
 pub mod events;
 pub mod kubernetes;

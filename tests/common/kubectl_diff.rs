@@ -151,6 +151,28 @@ impl Diff {
         self.compare(line, &runs[0], &runs[1]);
     }
 
+    /// [`Diff::check`] of a `--raw` command, whose stdout is JSON (one
+    /// document, or one per line as a watch prints): compared as JSON, so
+    /// the order of keys does not count, and without `managedFields`
+    /// (tested as kubectl shows them elsewhere) or the value of a
+    /// `continue` token (each server encodes its own).
+    pub fn check_json(&self, line: &str) {
+        let runs = BOTH.map(|side| {
+            let out = self.cmd(side, line).output().expect("run kubectl");
+            let (o, e) = text(&out);
+            let docs: Vec<String> = o
+                .lines()
+                .filter(|l| !l.trim().is_empty())
+                .map(|l| match serde_json::from_str::<serde_json::Value>(l) {
+                    Ok(v) => canonical(&v),
+                    Err(_) => l.to_string(),
+                })
+                .collect();
+            transcript(out.status.code(), &docs.join("\n"), &e)
+        });
+        self.compare(line, &runs[0], &runs[1]);
+    }
+
     /// `kubectl get -w` (or any command that runs until stopped) on each
     /// side in turn: once its stdout has `before` lines, run `change` on
     /// the same side, wait for `after` lines, stop it, and compare what it
@@ -433,4 +455,33 @@ fn resource_version(w: &str) -> String {
         &rest[..skip],
         resource_version(&rest[skip + digits..])
     )
+}
+
+/// JSON with sorted keys, without `managedFields`, and `continue` tokens
+/// as `TOKEN`.
+fn canonical(v: &serde_json::Value) -> String {
+    use serde_json::Value;
+    match v {
+        Value::Object(m) => {
+            let mut keys: Vec<&String> =
+                m.keys().filter(|k| k.as_str() != "managedFields").collect();
+            keys.sort();
+            let fields: Vec<String> = keys
+                .into_iter()
+                .map(|k| {
+                    let val = match (k.as_str(), &m[k]) {
+                        ("continue", Value::String(_)) => "\"TOKEN\"".to_string(),
+                        (_, v) => canonical(v),
+                    };
+                    format!("{k:?}:{val}")
+                })
+                .collect();
+            format!("{{{}}}", fields.join(","))
+        }
+        Value::Array(a) => format!(
+            "[{}]",
+            a.iter().map(canonical).collect::<Vec<_>>().join(",")
+        ),
+        other => other.to_string(),
+    }
 }

@@ -21,9 +21,16 @@ use serde_json::{Value, json};
 
 use crate::api::{API_VERSION, COORDINATION_GROUP, GROUP, VERSION};
 
-/// The verbs every served resource supports (no `deletecollection`).
-const VERBS: [&str; 7] = [
-    "create", "delete", "get", "list", "patch", "update", "watch",
+/// The verbs every served resource supports.
+const VERBS: [&str; 8] = [
+    "create",
+    "delete",
+    "deletecollection",
+    "get",
+    "list",
+    "patch",
+    "update",
+    "watch",
 ];
 
 /// The Kubernetes minor version kubectl and kube-rs should expect of us.
@@ -133,7 +140,8 @@ fn builtin(name: &str, singular: &str, kind: &str, short: &[&str]) -> Value {
         "singularName": singular,
         "namespaced": kind != "Namespace",
         "kind": kind,
-        "verbs": VERBS,
+        // Namespaces go one at a time (their contents first).
+        "verbs": VERBS.iter().filter(|v| kind != "Namespace" || **v != "deletecollection").collect::<Vec<_>>(),
     });
     if !short.is_empty() {
         r["shortNames"] = json!(short);

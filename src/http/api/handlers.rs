@@ -34,6 +34,15 @@ pub struct ListQuery {
     pub field_selector: Option<String>,
     /// For Tables: `None`, `Metadata` (the default) or `Object`.
     pub include_object: Option<String>,
+    /// Paging: at most this many items, and where the last page ended.
+    pub limit: Option<usize>,
+    #[serde(rename = "continue")]
+    pub continue_token: Option<String>,
+    /// Watches: BOOKMARK events may be sent; the current objects first,
+    /// closed by a BOOKMARK (with `resourceVersionMatch=NotOlderThan`).
+    pub allow_watch_bookmarks: Option<String>,
+    pub send_initial_events: Option<String>,
+    pub resource_version_match: Option<String>,
 }
 
 pub(super) type Res = Result<Response, ApiError>;
@@ -130,21 +139,47 @@ async fn list_or_watch(
             Some(s) if s.is_empty() || s == "0" => None,
             Some(s) => Some(s),
         };
-        return super::watch::watch(st, kind, opts, from, q.timeout_seconds, shape).await;
+        let truthy = |v: &Option<String>| matches!(v.as_deref(), Some("true" | "1"));
+        let asked = super::watch::Asked {
+            bookmarks: truthy(&q.allow_watch_bookmarks),
+            initial_events: truthy(&q.send_initial_events),
+        };
+        if asked.initial_events && q.resource_version_match.as_deref() != Some("NotOlderThan") {
+            return Err(ApiError::bad_request(
+                "sendInitialEvents is forbidden for watch unless resourceVersionMatch is set to NotOlderThan",
+            ));
+        }
+        return super::watch::watch(st, kind, opts, from, q.timeout_seconds, shape, asked).await;
     }
     let mut list = st.store.list(kind, &opts).await?;
+    let filtered = !shape.fields.is_empty() || !opts.selector.is_empty();
     if !shape.fields.is_empty() {
         list.items.retain(|o| shape.fields.matches(kind, o));
     }
+    let page = super::paging::page(
+        list.items,
+        &list.resource_version,
+        q.limit,
+        q.continue_token.as_deref(),
+    )?;
+    let mut meta = json!({"resourceVersion": list.resource_version});
+    if let Some(next) = &page.next {
+        meta["continue"] = json!(next);
+        // kube-apiserver counts what follows only when nothing filters.
+        if !filtered {
+            meta["remainingItemCount"] = json!(page.remaining);
+        }
+    }
     if let Some(include) = shape.table {
-        let t = table::table(kind, &list.items, Some(&list.resource_version), include);
+        let mut t = table::table(kind, &page.items, Some(&list.resource_version), include);
+        t["metadata"] = meta;
         return Ok(ok_json(StatusCode::OK, &t));
     }
     let body = json!({
         "apiVersion": kind.api_version(),
         "kind": format!("{kind}List"),
-        "metadata": {"resourceVersion": list.resource_version},
-        "items": list.items,
+        "metadata": meta,
+        "items": page.items,
     });
     Ok(ok_json(StatusCode::OK, &body))
 }

@@ -22,6 +22,7 @@ pub mod namespaces;
 pub mod normalize;
 pub mod openapi;
 pub mod openapi_v2;
+mod paging;
 mod patch;
 pub mod protobuf;
 pub mod scale;
@@ -131,7 +132,7 @@ fn group_routes(group: Group) -> Router<ApiState> {
     let mut r = Router::new()
         .route(
             "/namespaces/{ns}/{plural}",
-            get(list_namespaced).post(create),
+            get(list_namespaced).post(create).delete(delete_collection),
         )
         .route(
             "/namespaces/{ns}/{plural}/{name}",

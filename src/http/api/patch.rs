@@ -30,6 +30,7 @@ pub async fn patch(
 ) -> Res {
     let kind = namespaced_kind(group, &plural)?;
     let w = Writer::new(q, &headers)?;
+    let st = w.state(st);
     let t = Target::new(kind, &ns, &name, false);
     patch_object(&st, t, &headers, &body, &w).await
 }
@@ -43,6 +44,7 @@ pub async fn patch_namespace(
     body: Bytes,
 ) -> Res {
     let w = Writer::new(q, &headers)?;
+    let st = w.state(st);
     let t = Target::namespace(&name);
     patch_object(&st, t, &headers, &body, &w).await
 }
@@ -57,6 +59,7 @@ pub async fn patch_status(
 ) -> Res {
     let kind = status_kind(group, &plural)?;
     let w = Writer::new(q, &headers)?;
+    let st = w.state(st);
     let t = Target::new(kind, &ns, &name, true);
     patch_object(&st, t, &headers, &body, &w).await
 }

@@ -136,6 +136,7 @@ pub async fn replace_scale(
 ) -> Res {
     let kind = scale_kind(group, &plural)?;
     let w = Writer::new(q, &headers)?;
+    let st = w.state(st);
     let scale = parse_body(&body)?;
     write_scale(&st, kind, &ns, &name, &w, |_| Ok(scale.clone())).await
 }
@@ -151,6 +152,7 @@ pub async fn patch_scale(
     let kind = scale_kind(group, &plural)?;
     merge_patch_type(&headers)?;
     let w = Writer::new(q, &headers)?;
+    let st = w.state(st);
     let patch = parse_body(&body)?;
     write_scale(&st, kind, &ns, &name, &w, |current| {
         let mut s = scale_of(current);

@@ -433,8 +433,9 @@ async fn server_side_apply_creates_owns_and_refuses_conflicts() {
         })
         .collect();
     assert_eq!(managers, [("b", "Apply"), ("editor", "Update")]);
-    // dryRun is refused rather than ignored.
-    let (code, _) = send(
+    // A server-side dry run answers what the apply would store and stores
+    // nothing; a value other than All is refused.
+    let (code, b) = send(
         &app,
         "PATCH",
         &format!("{url}?fieldManager=b&dryRun=All"),
@@ -442,18 +443,49 @@ async fn server_side_apply_creates_owns_and_refuses_conflicts() {
         yaml("c").as_bytes(),
     )
     .await;
+    assert_eq!(code, StatusCode::OK, "{b}");
+    assert_eq!(b["spec"]["holderIdentity"], "c");
+    let (_, stored) = call(&app, "GET", url, None).await;
+    assert_eq!(stored["spec"]["holderIdentity"], "b");
+    assert_eq!(
+        b["metadata"]["resourceVersion"], stored["metadata"]["resourceVersion"],
+        "no version given out"
+    );
+    let (code, _) = send(
+        &app,
+        "PATCH",
+        &format!("{url}?fieldManager=b&dryRun=Some"),
+        apply,
+        yaml("c").as_bytes(),
+    )
+    .await;
     assert_eq!(code, StatusCode::BAD_REQUEST);
-    let (_, b) = call(&app, "GET", url, None).await;
-    assert_eq!(b["spec"]["holderIdentity"], "b");
     // A delete too, asked in the query or in DeleteOptions (as `kubectl
-    // delete --dry-run=server` asks): nothing goes.
-    let (code, _) = call(&app, "DELETE", &format!("{url}?dryRun=All"), None).await;
-    assert_eq!(code, StatusCode::BAD_REQUEST);
+    // delete --dry-run=server` asks): answered, and nothing goes.
+    let (code, b) = call(&app, "DELETE", &format!("{url}?dryRun=All"), None).await;
+    assert_eq!(code, StatusCode::OK, "{b}");
     let options = json!({"kind": "DeleteOptions", "apiVersion": "v1", "dryRun": ["All"]});
     let (code, _) = call(&app, "DELETE", url, Some(options.clone())).await;
-    assert_eq!(code, StatusCode::BAD_REQUEST);
+    assert_eq!(code, StatusCode::OK);
     let (code, _) = call(&app, "GET", url, None).await;
     assert_eq!(code, StatusCode::OK, "deleted by a dry run");
+    // A dry-run create: answered with a uid, not stored.
+    let lease = |name: &str| {
+        json!({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+            "metadata": {"name": name}, "spec": {"holderIdentity": "x"}})
+    };
+    let leases = url.rsplit_once('/').unwrap().0;
+    let (code, b) = call(
+        &app,
+        "POST",
+        &format!("{leases}?dryRun=All"),
+        Some(lease("rehearsed")),
+    )
+    .await;
+    assert_eq!(code, StatusCode::CREATED, "{b}");
+    assert!(b["metadata"]["uid"].is_string());
+    let (code, _) = call(&app, "GET", &format!("{leases}/rehearsed"), None).await;
+    assert_eq!(code, StatusCode::NOT_FOUND, "created by a dry run");
     let ns = "/api/v1/namespaces/lab";
     let (code, _) = call(
         &app,
@@ -514,4 +546,140 @@ async fn a_watch_from_too_old_a_version_gets_an_error_event() {
     assert_eq!(lines[0]["type"], "ERROR");
     assert_eq!(lines[0]["object"]["code"], 410);
     assert_eq!(lines[0]["object"]["reason"], "Expired");
+}
+
+/// The lines of a finished watch (one that ends by its timeoutSeconds).
+async fn watch_lines(app: &Router, path: &str) -> Vec<Value> {
+    let req = Request::builder()
+        .uri(path)
+        .header("authorization", "Bearer t0k")
+        .body(Body::empty())
+        .unwrap();
+    let resp = app.clone().oneshot(req).await.unwrap();
+    assert_eq!(resp.status(), StatusCode::OK);
+    let bytes = resp.into_body().collect().await.unwrap().to_bytes();
+    bytes
+        .split(|b| *b == b'\n')
+        .filter(|l| !l.is_empty())
+        .map(|l| serde_json::from_slice(l).unwrap())
+        .collect()
+}
+
+/// `limit` and `continue` page a list in name order; a token outlives no
+/// write (410 Expired, as an expired one on kube-apiserver); a watch asked
+/// for initial events ends them with the annotated BOOKMARK;
+/// `deletecollection` deletes what the selector matches and answers the
+/// list of it.
+#[tokio::test]
+async fn paging_initial_events_and_deletecollection() {
+    let dir = tempfile::tempdir().unwrap();
+    let app = app(&dir).await;
+    let url = "/api/v1/namespaces/default/secrets";
+    for (i, team) in [(3, "a"), (1, "b"), (2, "a")] {
+        let s = json!({"metadata": {"name": format!("s{i}"), "labels": {"team": team}},
+            "stringData": {"a": "b"}});
+        let (code, _) = call(&app, "POST", url, Some(s)).await;
+        assert_eq!(code, StatusCode::CREATED);
+    }
+    let names = |b: &Value| -> Vec<String> {
+        b["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|i| i["metadata"]["name"].as_str().unwrap().to_string())
+            .collect()
+    };
+    let (code, first) = call(&app, "GET", &format!("{url}?limit=2"), None).await;
+    assert_eq!(code, StatusCode::OK, "{first}");
+    assert_eq!(names(&first), ["s1", "s2"]);
+    assert_eq!(first["metadata"]["remainingItemCount"], 1);
+    let token = first["metadata"]["continue"].as_str().unwrap().to_string();
+    let (code, rest) = call(
+        &app,
+        "GET",
+        &format!("{url}?limit=2&continue={token}"),
+        None,
+    )
+    .await;
+    assert_eq!(code, StatusCode::OK, "{rest}");
+    assert_eq!(names(&rest), ["s3"]);
+    assert!(rest["metadata"].get("continue").is_none());
+    // A label selector pages what it matches, without a count.
+    let (_, a) = call(
+        &app,
+        "GET",
+        &format!("{url}?limit=1&labelSelector=team%3Da"),
+        None,
+    )
+    .await;
+    assert_eq!(names(&a), ["s2"]);
+    assert!(a["metadata"].get("remainingItemCount").is_none());
+    // A write in between: the token has expired.
+    let s = json!({"metadata": {"name": "s4"}, "stringData": {"a": "b"}});
+    call(&app, "POST", url, Some(s)).await;
+    let (code, b) = call(
+        &app,
+        "GET",
+        &format!("{url}?limit=2&continue={token}"),
+        None,
+    )
+    .await;
+    assert_eq!(code, StatusCode::GONE, "{b}");
+    assert_eq!(b["reason"], "Expired");
+
+    // Initial events, then the BOOKMARK that ends them.
+    let lines = watch_lines(
+        &app,
+        &format!(
+            "{url}?watch=1&allowWatchBookmarks=true&sendInitialEvents=true\
+             &resourceVersionMatch=NotOlderThan&timeoutSeconds=1"
+        ),
+    )
+    .await;
+    let types: Vec<&str> = lines.iter().map(|l| l["type"].as_str().unwrap()).collect();
+    assert_eq!(types, ["ADDED", "ADDED", "ADDED", "ADDED", "BOOKMARK"]);
+    let end = &lines[4]["object"];
+    assert_eq!(end["kind"], "Secret");
+    assert_eq!(
+        end["metadata"]["annotations"]["k8s.io/initial-events-end"],
+        "true"
+    );
+    assert!(end["metadata"]["resourceVersion"].is_string());
+    // Initial events need resourceVersionMatch=NotOlderThan.
+    let (code, _) = call(
+        &app,
+        "GET",
+        &format!("{url}?watch=1&sendInitialEvents=true"),
+        None,
+    )
+    .await;
+    assert_eq!(code, StatusCode::BAD_REQUEST);
+
+    // deletecollection: a dry run deletes nothing, then for real.
+    let (code, b) = call(
+        &app,
+        "DELETE",
+        &format!("{url}?labelSelector=team%3Da&dryRun=All"),
+        None,
+    )
+    .await;
+    assert_eq!(code, StatusCode::OK, "{b}");
+    assert_eq!(b["kind"], "SecretList");
+    assert_eq!(names(&b), ["s2", "s3"]);
+    let (_, all) = call(&app, "GET", url, None).await;
+    assert_eq!(names(&all).len(), 4);
+    let (code, b) = call(
+        &app,
+        "DELETE",
+        &format!("{url}?labelSelector=team%3Da"),
+        None,
+    )
+    .await;
+    assert_eq!(code, StatusCode::OK, "{b}");
+    assert_eq!(names(&b), ["s2", "s3"]);
+    let (_, all) = call(&app, "GET", url, None).await;
+    assert_eq!(names(&all), ["s1", "s4"]);
+    // Namespaces are not deleted as a collection.
+    let (code, _) = call(&app, "DELETE", "/api/v1/namespaces", None).await;
+    assert_eq!(code, StatusCode::METHOD_NOT_ALLOWED);
 }

@@ -58,6 +58,23 @@ impl Shape {
     }
 }
 
+/// What a watch asked for besides its objects.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Asked {
+    /// `allowWatchBookmarks=true`: BOOKMARK events may be sent.
+    pub bookmarks: bool,
+    /// `sendInitialEvents=true`: the current objects first, then a
+    /// BOOKMARK annotated `k8s.io/initial-events-end`.
+    pub initial_events: bool,
+}
+
+/// The annotation of the BOOKMARK that ends the initial events.
+const INITIAL_EVENTS_END: &str = "k8s.io/initial-events-end";
+
+/// How often a watch that allows bookmarks is sent one (kube-apiserver
+/// sends them about once a minute).
+const BOOKMARK_EVERY: Duration = Duration::from_secs(60);
+
 pub async fn watch(
     st: ApiState,
     kind: Kind,
@@ -65,10 +82,11 @@ pub async fn watch(
     from: Option<String>,
     timeout_seconds: Option<u64>,
     shape: Shape,
+    asked: Asked,
 ) -> Result<Response, ApiError> {
     let (initial, from) = match from {
-        Some(rv) => (Vec::new(), rv),
-        None => {
+        Some(rv) if !asked.initial_events => (Vec::new(), rv),
+        _ => {
             let list = st.store.list(kind, &opts).await?;
             (list.items, list.resource_version)
         }
@@ -83,15 +101,26 @@ pub async fn watch(
         }
         Err(e) => return Err(e.into()),
     };
-    let added: Vec<Bytes> = initial
+    let mut added: Vec<Bytes> = initial
         .iter()
         .filter_map(|o| shape.render(kind, "ADDED", o))
         .collect();
+    if asked.initial_events {
+        added.push(bookmark(kind, &from, true));
+    }
     let added = stream::iter(added.into_iter().map(Ok));
+    // The latest version sent, for the periodic bookmarks.
+    let latest = std::sync::Arc::new(std::sync::Mutex::new(from.clone()));
+    let seen = latest.clone();
     let changes = changes
         .filter_map(move |r| {
             futures::future::ready(match r {
-                Ok(ev) => shape.render(kind, ev.type_str(), ev.object()).map(Ok),
+                Ok(ev) => {
+                    if let (Some(rv), Ok(mut l)) = (ev.resource_version(), seen.lock()) {
+                        *l = rv.to_string();
+                    }
+                    shape.render(kind, ev.type_str(), ev.object()).map(Ok)
+                }
                 Err(e) => Some(Err(e)),
             })
         })
@@ -121,8 +150,26 @@ pub async fn watch(
         }
     };
     let gauge = WatchGauge::new(st.metrics.watches.clone());
+    let bookmarks = match asked.bookmarks {
+        true => stream::unfold(latest, move |latest| async move {
+            tokio::time::sleep(BOOKMARK_EVERY).await;
+            let rv = latest.lock().map(|l| l.clone()).unwrap_or_default();
+            Some((Some(Ok(bookmark(kind, &rv, false))), latest))
+        })
+        .boxed(),
+        false => stream::pending().boxed(),
+    };
+    // The stream ends when the changes end (after an ERROR event), not
+    // with the bookmarks.
+    let changes = changes
+        .map(Some)
+        .chain(stream::once(futures::future::ready(None)));
     let body = added
-        .chain(changes)
+        .chain(
+            stream::select(changes, bookmarks)
+                .take_while(|x| futures::future::ready(x.is_some()))
+                .filter_map(futures::future::ready),
+        )
         .take_until(Box::pin(end))
         .map(move |b| {
             let _keep = &gauge;
@@ -152,6 +199,18 @@ fn line(type_: &str, obj: &Value) -> Bytes {
     let mut b = serde_json::to_vec(&json!({"type": type_, "object": obj})).unwrap_or_default();
     b.push(b'\n');
     Bytes::from(b)
+}
+
+/// A BOOKMARK: only the kind and the version the watch has reached.
+fn bookmark(kind: Kind, rv: &str, initial_events_end: bool) -> Bytes {
+    let mut metadata = json!({"resourceVersion": rv});
+    if initial_events_end {
+        metadata["annotations"] = json!({INITIAL_EVENTS_END: "true"});
+    }
+    line(
+        "BOOKMARK",
+        &json!({"kind": kind.as_str(), "apiVersion": kind.api_version(), "metadata": metadata}),
+    )
 }
 
 fn error_line(e: StoreError) -> Bytes {

@@ -28,22 +28,40 @@ pub struct WriteQuery {
     pub dry_run: Option<String>,
 }
 
-/// The query of a write, refused when it asks for a dry run: better
-/// refused than done, since a client asking for a dry run does not expect
-/// the change to be made.
-pub(super) fn no_dry_run(
+/// The query of a write, and whether it asks for a server-side dry run
+/// (`dryRun=All`, the only value Kubernetes defines).
+pub(super) fn write_query(
     q: Result<Query<WriteQuery>, QueryRejection>,
-) -> Result<WriteQuery, ApiError> {
+) -> Result<(WriteQuery, bool), ApiError> {
     let q = q
         .map(|Query(q)| q)
         .map_err(|e| ApiError::bad_request(e.body_text()))?;
-    if q.dry_run.as_deref().is_some_and(|d| !d.is_empty()) {
-        return Err(ApiError::bad_request(DRY_RUN_REFUSED));
-    }
-    Ok(q)
+    let dry_run = dry_run_value(q.dry_run.iter().map(String::as_str))?;
+    Ok((q, dry_run))
 }
 
-const DRY_RUN_REFUSED: &str = "dryRun is not supported by this server; nothing was changed";
+/// `dryRun` values: none, or `All`.
+fn dry_run_value<'a>(mut values: impl Iterator<Item = &'a str>) -> Result<bool, ApiError> {
+    values.try_fold(false, |dry, v| match v {
+        "" => Ok(dry),
+        "All" => Ok(true),
+        other => Err(ApiError::bad_request(format!(
+            "Invalid dry run value: {other:?}: supported values: \"All\""
+        ))),
+    })
+}
+
+/// The state a write runs on: a dry run's writes go to a store that
+/// answers what would be written and writes nothing.
+fn on_store(st: ApiState, dry_run: bool) -> ApiState {
+    if !dry_run {
+        return st;
+    }
+    ApiState {
+        store: std::sync::Arc::new(crate::store::dry_run::DryRunStore::new(st.store.clone())),
+        ..st
+    }
+}
 
 /// Who makes a write (for `metadata.managedFields`), and when.
 pub(super) struct Writer {
@@ -51,6 +69,8 @@ pub(super) struct Writer {
     /// `fieldManager` was given (apply requires it).
     pub(super) named: bool,
     pub(super) force: bool,
+    /// A server-side dry run: see [`Writer::state`].
+    dry_run: bool,
     now: String,
 }
 
@@ -59,7 +79,7 @@ impl Writer {
         q: Result<Query<WriteQuery>, QueryRejection>,
         headers: &HeaderMap,
     ) -> Result<Writer, ApiError> {
-        let q = no_dry_run(q)?;
+        let (q, dry_run) = write_query(q)?;
         let user_agent = headers
             .get(header::USER_AGENT)
             .and_then(|v| v.to_str().ok());
@@ -77,8 +97,14 @@ impl Writer {
             manager: ssa::manager_of(q.field_manager.as_deref(), user_agent),
             named: q.field_manager.is_some_and(|m| !m.is_empty()),
             force,
+            dry_run,
             now: crate::store::semantics::now_rfc3339(),
         })
+    }
+
+    /// The state this write runs on (the dry-run store for a dry run).
+    pub(super) fn state(&self, st: ApiState) -> ApiState {
+        on_store(st, self.dry_run)
     }
 
     /// The write as [`ssa`] sees it, of `kind`'s object or its status.
@@ -123,6 +149,7 @@ pub async fn create(
     check_ns(&ns)?;
     let kind = namespaced_kind(group, &plural)?;
     let w = Writer::new(q, &headers)?;
+    let st = w.state(st);
     create_object(&st, kind, &ns, &headers, &body, &w).await
 }
 
@@ -141,6 +168,7 @@ pub async fn create_cluster(
         return Err(method_not_allowed());
     }
     let w = Writer::new(q, &headers)?;
+    let st = w.state(st);
     create_object(&st, kind, "", &headers, &body, &w).await
 }
 
@@ -201,6 +229,7 @@ pub async fn replace(
 ) -> Res {
     let kind = namespaced_kind(group, &plural)?;
     let w = Writer::new(q, &headers)?;
+    let st = w.state(st);
     let target = Target::new(kind, &ns, &name, false);
     replace_object(&st, target, &headers, &body, &w).await
 }
@@ -214,6 +243,7 @@ pub async fn replace_namespace(
     body: Bytes,
 ) -> Res {
     let w = Writer::new(q, &headers)?;
+    let st = w.state(st);
     let target = Target::namespace(&name);
     replace_object(&st, target, &headers, &body, &w).await
 }
@@ -228,6 +258,7 @@ pub async fn replace_status(
 ) -> Res {
     let kind = status_kind(group, &plural)?;
     let w = Writer::new(q, &headers)?;
+    let st = w.state(st);
     let target = Target::new(kind, &ns, &name, true);
     replace_object(&st, target, &headers, &body, &w).await
 }
@@ -339,27 +370,27 @@ async fn replace_object(
 }
 
 /// A delete's options, in the query or as a `DeleteOptions` body (where
-/// kubectl puts them): a dry run is refused as for every write.
+/// kubectl puts them): whether it is a dry run.
 fn delete_options(
     q: Result<Query<WriteQuery>, QueryRejection>,
     headers: &HeaderMap,
     body: &Bytes,
-) -> Result<(), ApiError> {
-    no_dry_run(q)?;
+) -> Result<bool, ApiError> {
+    let (_, in_query) = write_query(q)?;
     let json = super::handlers::content_type(headers).starts_with("application/json");
     if body.is_empty() || !json {
-        return Ok(());
+        return Ok(in_query);
     }
     let options: Value = serde_json::from_slice(body)
         .map_err(|e| ApiError::bad_request(format!("DeleteOptions are not valid JSON: {e}")))?;
-    let dry_run = options
-        .get("dryRun")
-        .and_then(Value::as_array)
-        .is_some_and(|d| !d.is_empty());
-    if dry_run {
-        return Err(ApiError::bad_request(DRY_RUN_REFUSED));
-    }
-    Ok(())
+    let in_body = match options.get("dryRun") {
+        None | Some(Value::Null) => false,
+        Some(Value::Array(values)) => {
+            dry_run_value(values.iter().map(|v| v.as_str().unwrap_or("?")))?
+        }
+        Some(_) => return Err(ApiError::bad_request("DeleteOptions.dryRun must be a list")),
+    };
+    Ok(in_query || in_body)
 }
 
 pub async fn delete(
@@ -371,7 +402,7 @@ pub async fn delete(
     body: Bytes,
 ) -> Res {
     let kind = namespaced_kind(group, &plural)?;
-    delete_options(q, &headers, &body)?;
+    let st = on_store(st, delete_options(q, &headers, &body)?);
     match st.store.delete(kind, &ns, &name).await? {
         Deleted::Gone(v) => Ok(ok_json(StatusCode::OK, &v)),
         // Finalizers remain: the object is marked and goes later.
@@ -387,6 +418,68 @@ pub async fn delete_namespace(
     headers: HeaderMap,
     body: Bytes,
 ) -> Res {
-    delete_options(q, &headers, &body)?;
+    // Deleting a namespace deletes what is in it first, and closes it to
+    // creates meanwhile: not something to rehearse.
+    if delete_options(q, &headers, &body)? {
+        return Err(ApiError::bad_request(
+            "dryRun of a Namespace deletion is not supported by this server; nothing was changed",
+        ));
+    }
     namespaces::delete(&st, &name).await
+}
+
+/// DELETE `/namespaces/{ns}/{plural}` (`deletecollection`): delete every
+/// object of the namespace the label and field selectors match, as one
+/// delete each (finalizers hold an object as for a single delete), and
+/// answer the list of what was deleted or marked.
+pub async fn delete_collection(
+    State(st): State<ApiState>,
+    Extension(group): Extension<Group>,
+    Path((ns, plural)): Path<(String, String)>,
+    list_q: Result<Query<super::handlers::ListQuery>, QueryRejection>,
+    q: Result<Query<WriteQuery>, QueryRejection>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Res {
+    check_ns(&ns)?;
+    let kind = namespaced_kind(group, &plural)?;
+    let st = on_store(st, delete_options(q, &headers, &body)?);
+    let lq = list_q
+        .map(|Query(q)| q)
+        .map_err(|e| ApiError::bad_request(e.body_text()))?;
+    let selector = match lq.label_selector.as_deref() {
+        Some(s) => {
+            crate::store::Selector::parse(s).map_err(|e| ApiError::bad_request(e.to_string()))?
+        }
+        None => crate::store::Selector::default(),
+    };
+    let fields = match lq.field_selector.as_deref() {
+        Some(s) => super::fields::FieldSelector::parse(kind, s).map_err(ApiError::bad_request)?,
+        None => super::fields::FieldSelector::default(),
+    };
+    let opts = crate::store::ListOptions {
+        namespace: Some(ns.clone()),
+        selector,
+    };
+    let list = st.store.list(kind, &opts).await?;
+    let mut deleted = Vec::new();
+    for obj in list.items.iter().filter(|o| fields.matches(kind, o)) {
+        let name = obj
+            .pointer("/metadata/name")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        match st.store.delete(kind, &ns, name).await {
+            Ok(Deleted::Gone(v) | Deleted::Marked(v)) => deleted.push(v),
+            // Deleted meanwhile by someone else: nothing left to do.
+            Err(e) if e.is_not_found() => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    let body = serde_json::json!({
+        "apiVersion": kind.api_version(),
+        "kind": format!("{kind}List"),
+        "metadata": {"resourceVersion": list.resource_version},
+        "items": deleted,
+    });
+    Ok(ok_json(StatusCode::OK, &body))
 }
