@@ -71,3 +71,60 @@ pub fn url_ctx() -> RenderContext {
 pub fn secrets() -> RenderSecrets {
     RenderSecrets::new(JOIN_TOKEN)
 }
+
+/// The real Ignition binary Debian's `ignition` package ships for its
+/// initramfs (the same one a booted node runs).
+pub const IGNITION: &str = "/usr/lib/dracut/modules.d/30ignition/ignition";
+
+/// Run the real Ignition's `fetch-offline`, `fetch` and `files` stages
+/// (what a node runs in its initramfs after the disks stage) with
+/// `config`, the `file` platform, into the fresh root `root`. Returns
+/// Ignition's log.
+///
+/// Ignition as Debian builds it relabels what it wrote with SELinux's
+/// `setfiles` (policycoreutils) whether or not SELinux is on, and reads
+/// the policy type from the root: the root gets SELinux disabled and an
+/// empty file-contexts list, so the relabel runs and changes nothing, as
+/// on a Debian node.
+pub fn apply(config: &str, root: &std::path::Path) -> Result<String, String> {
+    let ignition = super::require_tool(IGNITION);
+    super::require_tool("setfiles");
+    let work = tempfile::tempdir().map_err(|e| e.to_string())?;
+    let contexts = root.join("etc/selinux/targeted/contexts/files");
+    std::fs::create_dir_all(&contexts).map_err(|e| e.to_string())?;
+    std::fs::write(
+        root.join("etc/selinux/config"),
+        "SELINUX=disabled\nSELINUXTYPE=targeted\n",
+    )
+    .map_err(|e| e.to_string())?;
+    std::fs::write(contexts.join("file_contexts"), "").map_err(|e| e.to_string())?;
+    let cfg = work.path().join("config.ign");
+    std::fs::write(&cfg, config).map_err(|e| e.to_string())?;
+    let mut log = String::new();
+    for stage in ["fetch-offline", "fetch", "files"] {
+        let out = Command::new(&ignition)
+            .env("IGNITION_CONFIG_FILE", &cfg)
+            .args(["-platform", "file", "-stage", stage, "-log-to-stdout"])
+            .arg("-root")
+            .arg(root)
+            .arg("-config-cache")
+            .arg(work.path().join("cache.json"))
+            .arg("-state-file")
+            .arg(work.path().join("state"))
+            .arg("-neednet")
+            .arg(work.path().join("neednet"))
+            .args(["-fetch-timeout", "20s"])
+            .output()
+            .map_err(|e| format!("could not run {IGNITION}: {e}"))?;
+        let text = String::from_utf8_lossy(&out.stdout).to_string()
+            + &String::from_utf8_lossy(&out.stderr);
+        log.push_str(&text);
+        if !out.status.success() {
+            return Err(format!(
+                "ignition stage {stage} failed ({}):\n{text}",
+                out.status
+            ));
+        }
+    }
+    Ok(log)
+}
