@@ -105,6 +105,13 @@ pub struct MachineSpec {
     pub online: bool,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub root_device_hints: Option<RootDeviceHints>,
+    /// The server already runs its OS, installed outside metalherd
+    /// (adoption): metalherd registers it (inventory, power state) and
+    /// records its class's revision as installed, without a power action,
+    /// a boot or an install; a later class or revision change reimages it
+    /// as any other.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub externally_provisioned: bool,
 }
 
 /// How to reach a server's BMC.

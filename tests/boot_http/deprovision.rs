@@ -120,6 +120,7 @@ async fn a_deprovisioning_boot_gets_the_wiper_and_wiped_lets_the_machine_go() {
         class: ClassObserved::Present(ClassView {
             name: "workers".into(),
             revision: "r1".into(),
+            installs: "r1".into(),
             kubelet_version: "v1.33.2".into(),
             wipe_on_deprovision: true,
         }),

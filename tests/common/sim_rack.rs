@@ -270,6 +270,18 @@ pub async fn story_with(
     classes: &[(&str, &str, &[&str])],
     hardware: fn(u8) -> Option<(&'static str, u64)>,
 ) -> Story {
+    story_declared(prefix, subnet, classes, hardware, |_, _| "Available").await
+}
+
+/// As [`story_with`], each server's Machine manifest first changed by
+/// `declare` (server index, manifest), which names the phase to wait for.
+pub async fn story_declared(
+    prefix: &str,
+    subnet: u8,
+    classes: &[(&str, &str, &[&str])],
+    hardware: fn(u8) -> Option<(&'static str, u64)>,
+    declare: fn(usize, &mut Value) -> &'static str,
+) -> Story {
     let dir = tempfile::tempdir().unwrap();
     for f in ["vmlinuz", "initrd"] {
         std::fs::write(dir.path().join(f), f.as_bytes()).unwrap();
@@ -305,9 +317,13 @@ pub async fn story_with(
     }
     let (user, pw) = bmc_credentials();
     let a = api.clone();
-    let manifests: Vec<Value> = (0..rack.machines.len())
-        .map(|i| rack.manifest(i, "bmc", json!({"role": "worker"})))
-        .collect();
+    let (manifests, phases): (Vec<Value>, Vec<&str>) = (0..rack.machines.len())
+        .map(|i| {
+            let mut m = rack.manifest(i, "bmc", json!({"role": "worker"}));
+            let phase = declare(i, &mut m);
+            (m, phase)
+        })
+        .unzip();
     tokio::task::spawn_blocking(move || {
         put_secret(&a, "bmc", &user, &pw);
         let join = json!({"apiVersion": "v1", "kind": "Secret",
@@ -331,9 +347,9 @@ pub async fn story_with(
             );
             assert!(code < 300, "machine: {code} {body}");
         }
-        for m in &manifests {
+        for (m, phase) in manifests.iter().zip(phases) {
             let name = m["metadata"]["name"].as_str().unwrap();
-            wait_phase(&a, name, "Available", Duration::from_secs(60));
+            wait_phase(&a, name, phase, Duration::from_secs(60));
         }
     })
     .await

@@ -340,6 +340,23 @@ impl Planner<'_> {
         }
     }
 
+    /// The installed revision is what the class (or the set's pinned
+    /// revision) wants, or installs the same under another name: then
+    /// record the wanted name instead of reimaging.
+    fn runs_wanted(&mut self, c: &super::plan::ClassView) -> bool {
+        let have = self.st.provisioned_revision.as_deref();
+        if have == Some(&c.revision) {
+            return true;
+        }
+        if have != Some(&c.installs) {
+            return false;
+        }
+        self.push(Step::MarkProvisioned {
+            revision: c.revision.clone(),
+        });
+        true
+    }
+
     fn up_to_date(&mut self) {
         let (Some(have), ClassObserved::Present(c)) =
             (&self.st.provisioned_revision, &self.o.class)
@@ -395,6 +412,9 @@ impl Planner<'_> {
 
     fn available(&mut self) -> Step {
         let limits = self.o.limits;
+        if self.m.spec.externally_provisioned {
+            return self.adopt();
+        }
         match &self.o.class {
             ClassObserved::NotReferenced => {
                 self.clear_waiting();
@@ -434,6 +454,32 @@ impl Planner<'_> {
         }
     }
 
+    /// A server provisioned outside metalherd: no power action, no boot.
+    /// With its class present, its revision is recorded as installed and
+    /// it is Ready (its Node, when a cluster is configured, is watched as
+    /// any Ready machine's); a later change of revision reimages it.
+    fn adopt(&mut self) -> Step {
+        let resync = Step::Requeue {
+            after: self.o.limits.resync,
+        };
+        match &self.o.class {
+            ClassObserved::NotReferenced => resync,
+            ClassObserved::Missing { name } => {
+                let msg = format!("MachineClass {name} does not exist");
+                self.condition(cond::PROVISIONED, "False", "ClassNotFound", msg);
+                resync
+            }
+            ClassObserved::Present(c) => {
+                let revision = c.revision.clone();
+                let msg = format!("provisioned outside metalherd; recorded as revision {revision}");
+                self.push(Step::MarkProvisioned { revision });
+                self.condition(cond::PROVISIONED, "True", "ExternallyProvisioned", msg);
+                self.set_phase(MachinePhase::Ready);
+                again()
+            }
+        }
+    }
+
     /// Enter a phase that runs a network boot: boots minted before now do
     /// not count for it, and failures start from zero.
     pub fn start_run(&mut self, phase: MachinePhase) {
@@ -468,7 +514,7 @@ impl Planner<'_> {
                     .filter(|v| !v.is_empty())
                     .filter(|v| self.progress().get(progress::REIMAGE_REQUEST) != Some(v))
                     .cloned();
-                let changed = self.st.provisioned_revision.as_deref() != Some(&c.revision);
+                let changed = !self.runs_wanted(&c.clone());
                 if !changed && request.is_none() {
                     return resync;
                 }

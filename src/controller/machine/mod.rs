@@ -4,6 +4,7 @@
 //! out.
 
 pub(crate) mod boot;
+pub mod class_view;
 pub mod decide;
 pub mod execute;
 pub mod hw_labels;

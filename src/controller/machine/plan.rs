@@ -18,15 +18,15 @@ use std::fmt;
 use std::time::Duration;
 
 use jiff::Timestamp;
-use serde::Serialize;
-use sha2::{Digest, Sha256};
 
 use crate::api::condition::set_condition;
 use crate::api::{
-    BootRecord, BootStep, Condition, ContainerRuntime, LastError, LocalObjectReference, Machine,
-    MachineClass, MachinePhase, MachineStatus, ObservedVersions, OsImage, PowerState,
+    BootRecord, BootStep, Condition, LastError, LocalObjectReference, Machine, MachinePhase,
+    MachineStatus, ObservedVersions, PowerState,
 };
 use crate::bmc::BootDevice;
+
+pub use super::class_view::{ClassView, desired_revision};
 use crate::cluster::NodeState;
 
 pub use crate::api::machine::{FINALIZER, REIMAGE_ANNOTATION};
@@ -105,31 +105,6 @@ pub enum BmcObserved {
     },
     /// Not contacted: the machine is paused.
     NotAsked,
-}
-
-/// The Machine's class, as far as the lifecycle cares.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ClassView {
-    pub name: String,
-    /// [`desired_revision`] of the machine with this class.
-    pub revision: String,
-    /// The kubelet version a node must report after (re)install.
-    pub kubelet_version: String,
-    pub wipe_on_deprovision: bool,
-}
-
-impl ClassView {
-    pub fn new(machine: &Machine, class: &MachineClass) -> ClassView {
-        let ov = machine.spec.overrides.as_ref();
-        ClassView {
-            name: class.metadata.name.clone().unwrap_or_default(),
-            revision: desired_revision(machine, class),
-            kubelet_version: ov
-                .and_then(|o| o.kubelet_version.clone())
-                .unwrap_or_else(|| class.spec.kubernetes.version.clone()),
-            wipe_on_deprovision: class.spec.wipe_on_deprovision,
-        }
-    }
 }
 
 /// The class reference, resolved.
@@ -428,36 +403,6 @@ impl fmt::Display for Plan {
         let parts: Vec<String> = self.steps.iter().map(Step::to_string).collect();
         f.write_str(&parts.join(" → "))
     }
-}
-
-#[derive(Serialize)]
-struct RevisionInput<'a> {
-    image: &'a OsImage,
-    kubelet: &'a str,
-    runtime: &'a ContainerRuntime,
-}
-
-/// The revision a machine should run: a hash of its OS image, kubelet
-/// version and container runtime, each taken from the machine's overrides
-/// when set, else from its class. Equal inputs give equal revisions; any
-/// change gives a new one (16 hex characters).
-pub fn desired_revision(machine: &Machine, class: &MachineClass) -> String {
-    let ov = machine.spec.overrides.as_ref();
-    let input = RevisionInput {
-        image: ov
-            .and_then(|o| o.image.as_ref())
-            .unwrap_or(&class.spec.image),
-        kubelet: ov
-            .and_then(|o| o.kubelet_version.as_deref())
-            .unwrap_or(&class.spec.kubernetes.version),
-        runtime: ov
-            .and_then(|o| o.container_runtime.as_ref())
-            .unwrap_or(&class.spec.container_runtime),
-    };
-    // Plain structs with string keys: serializing cannot fail.
-    let bytes = serde_json::to_vec(&input).unwrap_or_default();
-    let digest = Sha256::digest(&bytes);
-    hex::encode(&digest[..8])
 }
 
 /// The Node name a machine registers as: its hostname, else its name.

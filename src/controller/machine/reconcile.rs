@@ -84,6 +84,9 @@ impl MachineReconciler {
         let pinned =
             crate::controller::machine_set::pin::pinned_class(self.store.as_ref(), m).await?;
         if let Some((snapshot, hash)) = pinned {
+            // `installs` stays what the snapshot installs: a machine that
+            // already runs it (adopted, or installed before the set
+            // claimed it) is up to date.
             let mut view = ClassView::new(m, &snapshot);
             view.revision = hash;
             return Ok((ClassObserved::Present(view), None));

@@ -222,6 +222,7 @@ pub fn obs() -> O {
         class: ClassObserved::Present(ClassView {
             name: "workers".into(),
             revision: "r2".into(),
+            installs: "r2".into(),
             kubelet_version: "v1.33.2".into(),
             wipe_on_deprovision: false,
         }),

@@ -14,11 +14,13 @@
 //!   History keeps `revisionHistoryLimit` revisions plus any still pinned.
 //! - **Claims.** Short of `replicas`, claim candidates (by name), pinned to
 //!   the update revision (or the last good one when the update is bad).
-//!   A candidate is claimable when it is Available, unclaimed and not
-//!   paused (`metalherd.dev/paused`: its owner said hands off, and a set
-//!   must not start a boot the Machine controller would refuse to run).
-//!   Too few: condition `PoolShort`, `wanted N, claimable M` (M counts the
-//!   set's machines plus the claimable candidates).
+//!   A candidate is claimable when it is unclaimed, not paused
+//!   (`metalherd.dev/paused`: its owner said hands off, and a set must not
+//!   start a boot the Machine controller would refuse to run), and
+//!   Available, or Ready running what the template installs (adopted
+//!   without a reinstall). Too few: condition `PoolShort`, `wanted N,
+//!   claimable M` (M counts the set's machines plus the claimable
+//!   candidates), then why each other candidate is not claimable.
 //! - **Release.** Over `replicas`, release not Ready machines first, then
 //!   the newest (by creation time).
 //! - **Batches.** One batch at a time. A batch is recorded in status before
@@ -56,6 +58,9 @@ use crate::store::Selector;
 pub use super::revision::snapshot_hash;
 use super::revision::{Target, target};
 pub use crate::api::machine_set::UNDO_ANNOTATION;
+/// At most this many machines are named in `PoolShort`'s message.
+const MAX_REASONS: usize = 10;
+
 /// A batch has this long to pass its gate when the set says nothing.
 pub const DEFAULT_PROGRESS_DEADLINE: Duration = Duration::from_secs(600);
 
@@ -82,6 +87,24 @@ pub struct MachineView {
     /// It carries `metalherd.dev/paused`: never claimed while it does.
     pub paused: bool,
     pub health: Health,
+    /// A Ready candidate that runs what the template installs (its own
+    /// class is the template's, same overrides, up to date): claimed
+    /// without a reinstall. `Err` says why a Ready one is not.
+    pub adoptable: Result<(), String>,
+}
+
+impl MachineView {
+    /// Whether a set may claim it now, or why not.
+    fn claimable(&self) -> Result<(), String> {
+        if self.paused {
+            return Err("paused (metalherd.dev/paused)".into());
+        }
+        match self.phase {
+            MachinePhase::Available => Ok(()),
+            MachinePhase::Ready => self.adoptable.clone(),
+            other => Err(format!("phase {}", other.as_str())),
+        }
+    }
 }
 
 /// Health signals beyond the phase.
@@ -321,12 +344,12 @@ impl Planner<'_> {
         let want = usize::try_from(self.i.set.spec.replicas).unwrap_or(0);
         let have = self.i.claimed.len();
         if have < want {
-            let mut cands: Vec<&MachineView> = self
+            let (mut cands, refused): (Vec<&MachineView>, Vec<&MachineView>) = self
                 .i
                 .candidates
                 .iter()
-                .filter(|c| c.phase == MachinePhase::Available && c.pinned.is_none() && !c.paused)
-                .collect();
+                .filter(|c| c.pinned.is_none())
+                .partition(|c| c.claimable().is_ok());
             cands.sort_by(|a, b| a.name.cmp(&b.name));
             let claimable = have + cands.len();
             if let Some(rev) = self.claim_revision(update) {
@@ -338,12 +361,23 @@ impl Planner<'_> {
                 }
             }
             if claimable < want {
-                self.condition(
-                    cond::POOL,
-                    false,
-                    "PoolShort",
-                    format!("wanted {want}, claimable {claimable}"),
-                );
+                // Say, per machine, why the pool's others cannot be claimed.
+                let mut why: Vec<String> = refused
+                    .iter()
+                    .filter_map(|c| c.claimable().err().map(|e| format!("{}: {e}", c.name)))
+                    .collect();
+                why.sort();
+                let mut msg = format!("wanted {want}, claimable {claimable}");
+                if !why.is_empty() {
+                    let more = why.len().saturating_sub(MAX_REASONS);
+                    why.truncate(MAX_REASONS);
+                    msg.push_str("; not claimable: ");
+                    msg.push_str(&why.join("; "));
+                    if more > 0 {
+                        msg.push_str(&format!("; and {more} more"));
+                    }
+                }
+                self.condition(cond::POOL, false, "PoolShort", msg);
                 return;
             }
         } else if have > want {

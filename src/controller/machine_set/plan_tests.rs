@@ -72,6 +72,7 @@ fn m(name: &str, phase: MachinePhase, pinned: Option<i64>, installed: Option<&st
         installed: installed.map(str::to_string),
         paused: false,
         health: Health::default(),
+        adoptable: Err("not up to date".into()),
     }
 }
 
@@ -218,7 +219,7 @@ fn paused_candidates_are_neither_claimed_nor_counted() {
     assert_eq!(claims(&p), ["b", "c"]);
     assert_eq!(
         cond_msg(&p, cond::POOL),
-        "False PoolShort wanted 3, claimable 2"
+        "False PoolShort wanted 3, claimable 2; not claimable: a: paused (metalherd.dev/paused)"
     );
     // Unpaused, it is claimed like any other.
     let p = run(&s, vec![], vec![avail("a")], &class("1.0"), 1);

@@ -91,7 +91,16 @@ impl MachineSetReconciler {
             installed: st.and_then(|s| s.provisioned_revision.clone()),
             paused: m.is_paused(),
             health: Health::default(),
+            adoptable: Err("not Ready".into()),
         }
+    }
+
+    /// A candidate with whether, Ready, it runs what `set`'s template
+    /// installs (see [`adoptable`]).
+    fn candidate(&self, m: &Machine, set: &MachineSet, set_name: &str) -> MachineView {
+        let mut v = self.view(m, set_name);
+        v.adoptable = adoptable(m, &set.spec.template);
+        v
     }
 
     async fn health(&self, set: &MachineSet, m: &Machine, v: &mut MachineView) {
@@ -193,7 +202,7 @@ impl MachineSetReconciler {
             .iter()
             .filter(|m| pool.matches_labels(labels(m)))
             .filter(|m| m.metadata.deletion_timestamp.is_none())
-            .map(|m| self.view(m, &key.name))
+            .map(|m| self.candidate(m, &set, &key.name))
             .collect();
         let mut views = Vec::with_capacity(claimed.len());
         for m in &claimed {
@@ -290,8 +299,10 @@ impl MachineSetReconciler {
         let phase = m.status.as_ref().and_then(|s| s.phase);
         // As read now, not as planned: claimed meanwhile, busy, or paused
         // by its owner since the plan was made.
+        let adopting =
+            phase == Some(MachinePhase::Ready) && adoptable(&m, &set.spec.template).is_ok();
         if labels(&m).contains_key(SET_LABEL)
-            || phase != Some(MachinePhase::Available)
+            || !(phase == Some(MachinePhase::Available) || adopting)
             || m.is_paused()
         {
             return Ok(());
@@ -401,4 +412,40 @@ impl Reconciler for MachineSetReconciler {
             other => other,
         }
     }
+}
+
+/// Whether a Ready machine outside any set runs what `template` installs,
+/// so that a set may claim it without reinstalling it: its class is the
+/// template's, with the same overrides, and it is up to date with it (the
+/// Machine controller then finds that the set's pinned revision installs
+/// what it runs). `Err` says why not, for `PoolShort`.
+pub fn adoptable(
+    m: &Machine,
+    template: &crate::api::machine_set::MachineTemplate,
+) -> Result<(), String> {
+    let want = &template.class_ref.name;
+    let Some(class) = m.spec.class_ref.as_ref().map(|c| &c.name) else {
+        return Err("Ready without a class".into());
+    };
+    if class != want {
+        return Err(format!(
+            "has spec.classRef {class}, the template names {want}"
+        ));
+    }
+    if m.spec.overrides != template.overrides {
+        return Err(format!(
+            "has spec.classRef {class} with overrides other than the template's"
+        ));
+    }
+    let up_to_date = m
+        .status
+        .as_ref()
+        .and_then(|s| crate::api::condition::find_condition(&s.conditions, "UpToDate"))
+        .is_some_and(|c| c.status == "True");
+    if !up_to_date {
+        return Err(format!(
+            "has spec.classRef {class} but does not run its current revision"
+        ));
+    }
+    Ok(())
 }

@@ -350,7 +350,10 @@ async fn a_paused_machine_is_not_claimed_until_unpaused() {
         .into_iter()
         .find(|c| c.type_ == cond::POOL)
         .unwrap();
-    assert_eq!(pool.message, "wanted 2, claimable 1");
+    assert_eq!(
+        pool.message,
+        "wanted 2, claimable 1; not claimable: m1: paused (metalherd.dev/paused)"
+    );
     pause(false).await;
     reconcile(&r, "workers").await;
     let c = claims(&e).await;

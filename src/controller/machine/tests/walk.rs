@@ -48,6 +48,7 @@ fn class_view(rev: &str, kubelet: &str) -> ClassView {
     ClassView {
         name: "workers".into(),
         revision: rev.into(),
+        installs: rev.into(),
         kubelet_version: kubelet.into(),
         wipe_on_deprovision: false,
     }
