@@ -28,6 +28,9 @@ use super::proc::{ChildGuard, wait_for};
 use super::server::text;
 use super::{free_port, repo_root};
 
+mod pki;
+use pki::Pki;
+
 /// The Kubernetes release the tests run against (scripts/kubernetes-build).
 pub const KUBE_VERSION: &str = "v1.34.4";
 
@@ -531,70 +534,6 @@ fn spawn_kept(name: &str, cmd: Command, log: &Path) -> ChildGuard {
         .send((kept, log.to_path_buf(), name.to_string(), tx))
         .expect("keeper thread");
     rx.recv().expect("spawned")
-}
-
-struct Pki {
-    ca_cert: PathBuf,
-    ca_key: PathBuf,
-    server_cert: PathBuf,
-    server_key: PathBuf,
-    sa_key: PathBuf,
-    sa_pub: PathBuf,
-}
-
-impl Pki {
-    fn generate(dir: &Path) -> Pki {
-        let d = dir.join("pki");
-        std::fs::create_dir_all(&d).expect("pki dir");
-        let ca_key = rcgen::KeyPair::generate().expect("CA key");
-        let mut ca = rcgen::CertificateParams::new(Vec::<String>::new()).expect("CA params");
-        ca.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
-        ca.distinguished_name
-            .push(rcgen::DnType::CommonName, "metalherd-test-kubernetes-ca");
-        ca.key_usages = vec![
-            rcgen::KeyUsagePurpose::KeyCertSign,
-            rcgen::KeyUsagePurpose::CrlSign,
-            rcgen::KeyUsagePurpose::DigitalSignature,
-        ];
-        let ca_cert = ca.self_signed(&ca_key).expect("CA cert");
-        let issuer = rcgen::Issuer::new(ca, &ca_key);
-        let mut server = rcgen::CertificateParams::new(vec![
-            "localhost".to_string(),
-            "127.0.0.1".to_string(),
-            "10.96.0.1".to_string(),
-            "kubernetes".to_string(),
-            "kubernetes.default".to_string(),
-            "kubernetes.default.svc".to_string(),
-            "kubernetes.default.svc.cluster.local".to_string(),
-        ])
-        .expect("server params");
-        server
-            .distinguished_name
-            .push(rcgen::DnType::CommonName, "kube-apiserver");
-        server.extended_key_usages = vec![rcgen::ExtendedKeyUsagePurpose::ServerAuth];
-        let server_key = rcgen::KeyPair::generate().expect("server key");
-        let server_cert = server.signed_by(&server_key, &issuer).expect("server cert");
-        let sa_key = rcgen::KeyPair::generate().expect("service account key");
-        let p = Pki {
-            ca_cert: d.join("ca.crt"),
-            ca_key: d.join("ca.key"),
-            server_cert: d.join("apiserver.crt"),
-            server_key: d.join("apiserver.key"),
-            sa_key: d.join("sa.key"),
-            sa_pub: d.join("sa.pub"),
-        };
-        for (path, pem) in [
-            (&p.ca_cert, ca_cert.pem()),
-            (&p.ca_key, ca_key.serialize_pem()),
-            (&p.server_cert, server_cert.pem()),
-            (&p.server_key, server_key.serialize_pem()),
-            (&p.sa_key, sa_key.serialize_pem()),
-            (&p.sa_pub, sa_key.public_key_pem()),
-        ] {
-            std::fs::write(path, pem).expect("write PKI file");
-        }
-        p
-    }
 }
 
 fn base64(b: &[u8]) -> String {
