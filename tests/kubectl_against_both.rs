@@ -211,7 +211,12 @@ fn manifests(d: &Diff) {
     d.file("namespace.yaml", NAMESPACE);
     let class = common::manifests::machine_class("flatcar");
     d.file("class.json", &class.to_string());
-    d.file("event.yaml", EVENT);
+    // Recorded now: metalherd expires Events an hour after they were last
+    // seen (its expiry runs every minute), and this binary runs longer.
+    let now = jiff::Timestamp::now()
+        .strftime("%Y-%m-%dT%H:%M:%SZ")
+        .to_string();
+    d.file("event.yaml", &EVENT.replace("NOW", &now));
 }
 
 /// An Event about rack1-u07, as the controller records them.
@@ -229,8 +234,8 @@ type: Normal
 reason: Provisioning
 message: Available to Provisioning
 count: 1
-firstTimestamp: \"2026-11-22T03:00:00Z\"
-lastTimestamp: \"2026-11-22T03:00:00Z\"
+firstTimestamp: \"NOW\"
+lastTimestamp: \"NOW\"
 source:
   component: metalherd
 ";
