@@ -7,8 +7,9 @@
 #  - first boot from disk: copy /boot/ignition/config.ign (where
 #    coreos-installer puts it) to /usr/lib/ignition/user.ign, which Ignition
 #    reads before asking the platform (metal);
-#  - a no-op setfiles: Debian's Ignition 2.14 relabels every file it writes
-#    and fails without one (there is no SELinux here).
+#  - SELinux's setfiles (policycoreutils): Debian's Ignition 2.14 relabels
+#    every file it writes and fails without it; the root has SELinux
+#    disabled and an empty file-contexts list, so it changes nothing.
 
 check() {
     return 255   # only when asked for (add_dracutmodules)
@@ -26,7 +27,7 @@ install() {
     inst_multiple mount umount mkdir cp modprobe grep
     inst_hook cmdline 90 "$moddir/metalherd-parse-live.sh"
     inst_script "$moddir/is-live-image" /usr/bin/is-live-image
-    inst_script "$moddir/setfiles" /usr/sbin/setfiles
+    inst_multiple setfiles
     inst_script "$moddir/metalherd-live-generator" \
         "$systemdutildir/system-generators/metalherd-live-generator"
     inst_script "$moddir/metalherd-live-root.sh" /usr/sbin/metalherd-live-root
