@@ -105,8 +105,20 @@ pub fn unique(prefix: &str) -> String {
 
 /// A free TCP/UDP port on loopback (best effort: bind 0 and release).
 pub fn free_port() -> u16 {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
-    l.local_addr().expect("addr").port()
+    // The kernel may hand the same ephemeral port out again as soon as the
+    // probe below closes it; two servers of one test then race for it (a
+    // replica's boot port and its API port did): never return a port twice
+    // in one test process.
+    static GIVEN: std::sync::Mutex<Vec<u16>> = std::sync::Mutex::new(Vec::new());
+    let mut given = GIVEN.lock().unwrap_or_else(|e| e.into_inner());
+    loop {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        let port = l.local_addr().expect("addr").port();
+        if !given.contains(&port) {
+            given.push(port);
+            return port;
+        }
+    }
 }
 
 /// An API server a test declares objects in: the stand-in (`metalherd
