@@ -8,13 +8,17 @@
 //!   [`sanitize`];
 //! - [`cache`]: MachineClass artifacts downloaded once, verified by digest,
 //!   served from disk;
+//! - [`chunks`]: a byte range of an open file as a stream of large chunks,
+//!   read one ahead on the blocking pool (how boot HTTP sends large files);
 //! - [`checksums`]: digests read from a distribution's checksum file.
 
 pub mod cache;
 pub mod checksums;
+pub mod chunks;
 pub mod source;
 
 pub use cache::{CacheError, ImageCache};
+pub use chunks::FileChunks;
 pub use source::{
     DirSource, FileHandle, FileSource, MemorySource, Opened, Overlay, SourceError, sanitize,
 };

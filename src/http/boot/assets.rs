@@ -95,7 +95,7 @@ pub async fn asset(
     let file = match opened {
         // Small files come from memory and go out in one piece.
         Ok((Opened::Memory(data), meta)) => Source::Memory(data, meta),
-        Ok((Opened::Disk(f), _)) => Source::File(tokio::fs::File::from_std(f)),
+        Ok((Opened::Disk(f), meta)) => Source::File(f, meta),
         Err(SourceError::Io(e)) => {
             let r = file_error(&st, FileError::Io(e));
             st.metrics.request(Endpoint::asset, r.status());
@@ -147,8 +147,16 @@ pub async fn image(
     let m = machine_for(&st, q.as_deref(), peer);
     let done = on_done(&st, Endpoint::image, m, step, sha.to_ascii_lowercase());
     let etag = format!("\"{}\"", sha.to_ascii_lowercase());
-    let file = match tokio::fs::File::open(&path).await {
-        Ok(f) => f,
+    let opened = tokio::task::spawn_blocking(move || {
+        let f = std::fs::File::open(&path)?;
+        let meta = f.metadata()?;
+        Ok::<_, std::io::Error>((f, meta))
+    })
+    .await
+    .map_err(std::io::Error::other)
+    .and_then(|r| r);
+    let file = match opened {
+        Ok((f, meta)) => Source::File(f, meta),
         Err(e) => {
             let e = match e.kind() {
                 std::io::ErrorKind::NotFound => FileError::NotFound,
@@ -160,7 +168,7 @@ pub async fn image(
         }
     };
     let r = match send_file::serve(
-        Source::File(file),
+        file,
         &method,
         &headers,
         Some(etag),

@@ -1,6 +1,7 @@
 //! Sending one opened file over HTTP: HEAD, a single Range, ETag with
-//! If-None-Match / If-Range, streamed in chunks through a length-limited
-//! reader (a file is never read whole into memory). Which file may be
+//! If-None-Match / If-Range, streamed in [`CHUNK`]-sized pieces read one
+//! ahead on the blocking pool ([`FileChunks`]; a file is never read whole
+//! into memory). Which file may be
 //! opened is decided before, by the shared file source ([`crate::files`]). A completion callback
 //! learns how many bytes went out and whether the body finished, so the
 //! caller can record the boot step and count the transfer.
@@ -13,13 +14,18 @@ use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use futures::Stream;
 use http::{HeaderMap, HeaderValue, Method, StatusCode, header};
-use tokio::io::{AsyncReadExt, AsyncSeekExt};
-use tokio_util::io::ReaderStream;
 
 use super::range::{self, RangeDecision};
+use crate::files::FileChunks;
 
-/// Chunk size of the body stream: large enough to keep the socket busy.
-const CHUNK: usize = 256 * 1024;
+/// Size of each body piece of a file sent from disk, and of each read
+/// behind it. Each piece is read straight into the buffer hyper writes
+/// (one copy from the page cache), and the next one is read meanwhile.
+/// 256 KiB keeps the piece being read and the piece being written within
+/// one core's L2 cache (1 MiB here), so the socket copy reads from cache; at
+/// most about three pieces per connection are in memory (one being
+/// written, one queued, one being read).
+pub const CHUNK: usize = 256 * 1024;
 
 /// Called once when a body ends: `(bytes sent, completed)`.
 pub type OnDone = Box<dyn FnOnce(u64, bool) + Send + 'static>;
@@ -51,8 +57,8 @@ pub struct Served {
 
 /// Where a body's bytes come from.
 pub enum Source {
-    /// An open file, streamed in chunks.
-    File(tokio::fs::File),
+    /// An open file with its metadata, streamed in [`CHUNK`]-sized pieces.
+    File(std::fs::File, std::fs::Metadata),
     /// The whole contents, already in memory (small files from the shared
     /// file source's cache), with the metadata they were read at.
     Memory(Bytes, std::fs::Metadata),
@@ -69,9 +75,8 @@ pub async fn serve(
     content_type: &'static str,
     on_done: Option<OnDone>,
 ) -> Result<Served, FileError> {
-    let (meta, source) = match source {
-        Source::File(f) => (f.metadata().await?, Source::File(f)),
-        Source::Memory(data, meta) => (meta.clone(), Source::Memory(data, meta)),
+    let meta = match &source {
+        Source::File(_, meta) | Source::Memory(_, meta) => meta.clone(),
     };
     if !meta.is_file() {
         return Err(FileError::NotFound);
@@ -124,11 +129,8 @@ pub async fn serve(
         });
     }
     let body = match source {
-        Source::File(mut file) => {
-            if start > 0 {
-                file.seek(std::io::SeekFrom::Start(start)).await?;
-            }
-            let chunks = ReaderStream::with_capacity(file.take(count), CHUNK);
+        Source::File(file, _) => {
+            let chunks = FileChunks::new(file, start, count, CHUNK);
             Body::from_stream(Tracked::new(chunks, count, on_done))
         }
         Source::Memory(data, _) => {
