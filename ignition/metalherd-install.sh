@@ -100,6 +100,21 @@ else
   args+=(--image-url "$IMAGE_URL")
 fi
 coreos-installer "${args[@]}" || fail "coreos-installer failed"
+{%- if grub_kargs %}
+
+if [ -n "${KERNEL_ARGS:-}" ]; then
+  # The image's grub.cfg appends $metalherd_kargs from this file.
+  partx -u "$DEV" 2>/dev/null || true
+  udevadm settle || true
+  BOOT="$(lsblk -lnpo NAME,LABEL "$DEV" | awk '$2 == "boot" { print $1 }')"
+  [ -n "$BOOT" ] || fail "installed disk has no partition labelled boot for kernel arguments"
+  mkdir -p "$WORK/boot"
+  mount "$BOOT" "$WORK/boot" || fail "could not mount the installed boot partition"
+  mkdir -p "$WORK/boot/grub"
+  echo "set metalherd_kargs=\"$KERNEL_ARGS\"" > "$WORK/boot/grub/metalherd-kargs.cfg"
+  umount "$WORK/boot"
+fi
+{%- endif %}
 {% endif %}
 /usr/bin/bash /etc/metalherd/callhome.sh installed "" || true
 echo "metalherd-install: done, rebooting"

@@ -246,8 +246,11 @@ fn provision_in_kubernetes_mode() {
         .lines()
         .filter_map(|l| serde_json::from_str(l).ok())
         .collect();
+    // metalherd and kubectl use the lab's admin token; the cluster's own
+    // controllers (kube-controller-manager) write as other users.
     let by_metalherd = |e: &&Value| {
-        !e["userAgent"].as_str().unwrap_or("").starts_with("kubectl")
+        e["user"]["username"] == "lab-admin"
+            && !e["userAgent"].as_str().unwrap_or("").starts_with("kubectl")
             && ["create", "update", "patch"].contains(&e["verb"].as_str().unwrap_or(""))
             && e["responseStatus"]["code"]
                 .as_u64()

@@ -59,9 +59,22 @@ CONF
 lab_virsh() { local run=$1; shift; virsh -c "qemu:///system?socket=$run/libvirt/libvirt-sock" "$@"; }
 
 # lab_define_vm RUN NAME MAC DISK BRIDGE [uefi|bios]
+# LAB_VM_MEMORY (MiB, default 512) and LAB_VM_CPUS (default 1) size the VM;
+# LAB_VM_DISK_BUS=virtio (default ide) attaches DISK as a virtio disk with
+# serial LAB_VM_DISK_SERIAL (default NAME-disk0); LAB_VM_DISK2=FILE adds a
+# second virtio disk with serial LAB_VM_DISK2_SERIAL (default NAME-disk1).
 lab_define_vm() {
   local run=$1 name=$2 mac=$3 disk=$4 br=$5 fw=${6:-uefi}
-  local loader="" nic="<model type='e1000'/>"
+  local loader="" nic="<model type='e1000'/>" disks
+  local mem=${LAB_VM_MEMORY:-512} cpus=${LAB_VM_CPUS:-1}
+  if [ "${LAB_VM_DISK_BUS:-ide}" = virtio ]; then
+    disks="<disk type='file' device='disk'><driver name='qemu' type='raw' cache='unsafe'/><source file='$disk'/><target dev='vda' bus='virtio'/><serial>${LAB_VM_DISK_SERIAL:-$name-disk0}</serial></disk>"
+  else
+    disks="<disk type='file' device='disk'><driver name='qemu' type='raw'/><source file='$disk'/><target dev='hda' bus='ide'/></disk>"
+  fi
+  if [ -n "${LAB_VM_DISK2:-}" ]; then
+    disks="$disks<disk type='file' device='disk'><driver name='qemu' type='raw' cache='unsafe'/><source file='$LAB_VM_DISK2'/><target dev='vdb' bus='virtio'/><serial>${LAB_VM_DISK2_SERIAL:-$name-disk1}</serial></disk>"
+  fi
   if [ "$fw" = uefi ]; then
     # OVMF's own virtio-net driver and PXE client (no iPXE option ROM), so
     # the firmware fetches iPXE over TFTP as real UEFI servers do.
@@ -72,18 +85,14 @@ lab_define_vm() {
   cat > "$run/$name.xml" <<XML
 <domain type='qemu'>
   <name>$name</name>
-  <memory unit='MiB'>512</memory>
-  <vcpu>1</vcpu>
+  <memory unit='MiB'>$mem</memory>
+  <vcpu>$cpus</vcpu>
   <os><type arch='x86_64' machine='pc'>hvm</type>$loader<boot dev='hd'/></os>
   <features><acpi/></features>
   <on_reboot>restart</on_reboot>
   <devices>
     <emulator>/usr/bin/qemu-system-x86_64</emulator>
-    <disk type='file' device='disk'>
-      <driver name='qemu' type='raw'/>
-      <source file='$disk'/>
-      <target dev='hda' bus='ide'/>
-    </disk>
+    $disks
     <interface type='bridge'>
       <mac address='$mac'/>
       <source bridge='$br'/>
@@ -126,7 +135,7 @@ lab_down() {
       lab_virsh "$run" undefine --nvram "$d" >/dev/null 2>&1 || lab_virsh "$run" undefine "$d" >/dev/null 2>&1 || true
     done
   fi
-  for p in sushy metalherd metalherd-b kube-apiserver etcd libvirtd; do
+  for p in sushy mirror metalherd metalherd-b kube-controller-manager kube-apiserver etcd libvirtd; do
     [ -f "$run/$p.pid" ] && kill "$(cat "$run/$p.pid")" 2>/dev/null || true
   done
   sleep 0.5
@@ -239,47 +248,65 @@ YAML
   done
 }
 
-# lab_kube_up NS RUN: a real Kubernetes control plane for the rack: etcd
-# and kube-apiserver (the release scripts/kubernetes-build builds) in the
-# rack's namespace, the API on port 6443 of every address there (loopback
-# and 10.89.0.1), PKI, an admin token and an audit log under RUN/kube,
-# metalherd's CRDs installed. Writes the admin kubeconfig to
-# RUN/kube/admin.kubeconfig.
+# lab_kube_up NS RUN [TOKEN]: a real Kubernetes control plane for the rack,
+# made the way `kubeadm init` makes one (deploy/lab/kubeadm-config.yaml.in):
+# kubeadm's PKI and controller-manager kubeconfig under RUN/kube, etcd,
+# kube-apiserver and kube-controller-manager (the release
+# scripts/kubernetes-build builds) run in the rack's namespace with the
+# flags of kubeadm's static Pods, the API on port 6443 of every address
+# there (loopback and 10.89.0.1), then kubeadm's upload-config and
+# bootstrap-token phases: a node joins with `kubeadm join` to
+# 10.89.0.1:6443, bootstrap token TOKEN (default abcdef.0123456789abcdef)
+# and the CA hash written to RUN/kube/ca-hash (sha256:...). Also an admin
+# token and an audit log under RUN/kube, metalherd's CRDs installed; writes
+# the admin kubeconfig (https://127.0.0.1:6443) to RUN/kube/admin.kubeconfig.
+# kubeadm's output: RUN/kube/kubeadm.log.
 lab_kube_up() {
-  local ns=$1 run=$2 k="$2/kube" bin token i
+  local ns=$1 run=$2 k="$2/kube" token=${3:-abcdef.0123456789abcdef} bin admin i c
+  local -a args
   bin=$("$LAB_ROOT/scripts/kubernetes-build" | tail -n1)
-  # The admin token, the keys and the kubeconfig are for root alone.
+  # The admin token, the keys and the kubeconfigs are for root alone.
   mkdir -p -m 0700 "$k"
-  mkdir -p "$k/pki"
   echo "$ns" > "$k/netns"
-  (
-    cd "$k/pki"
-    openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 30 \
-      -subj /CN=metalherd-lab-kubernetes-ca -keyout ca.key -out ca.crt 2>/dev/null
-    openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -subj /CN=kube-apiserver \
-      -keyout apiserver.key -out apiserver.csr 2>/dev/null
-    printf 'subjectAltName=IP:127.0.0.1,IP:10.89.0.1,IP:10.96.0.1,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc\nextendedKeyUsage=serverAuth\n' > apiserver.ext
-    openssl x509 -req -in apiserver.csr -CA ca.crt -CAkey ca.key -CAcreateserial -days 30 \
-      -extfile apiserver.ext -out apiserver.crt 2>/dev/null
-    openssl genpkey -algorithm EC -pkeyopt ec_paramgen_curve:P-256 -out sa.key
-    openssl pkey -in sa.key -pubout -out sa.pub
-  )
-  token=$(head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n')
-  echo "$token,lab-admin,lab-admin,\"system:masters\"" > "$k/tokens.csv"
+  # Two renderings of kubeadm's configuration: the lab's paths for the
+  # phases run here, the standard ones in the copy uploaded to the cluster
+  # (joining nodes read it: the kubelet's clientCAFile comes from
+  # certificatesDir).
+  sed -e "s|@PKI@|$k/pki|" -e "s|@ETCD@|$k/etcd|" -e "s|@TOKEN@|$token|" \
+    "$LAB_ROOT/deploy/lab/kubeadm-config.yaml.in" > "$k/kubeadm.yaml"
+  sed -e "s|@PKI@|/etc/kubernetes/pki|" -e "s|@ETCD@|/var/lib/etcd|" -e "s|@TOKEN@|$token|" \
+    "$LAB_ROOT/deploy/lab/kubeadm-config.yaml.in" > "$k/kubeadm-cluster.yaml"
+  # Certificates, the controller-manager's and the super-admin's kubeconfigs
+  # (server https://10.89.0.1:6443), and the static Pod manifests (dry run:
+  # written to RUN/kube/manifests, nothing under /etc/kubernetes) whose
+  # command lines the processes below run.
+  if ! (
+    ip netns exec "$ns" "$bin/kubeadm" init phase certs all --config "$k/kubeadm.yaml" &&
+    for c in controller-manager super-admin; do
+      ip netns exec "$ns" "$bin/kubeadm" init phase kubeconfig "$c" --config "$k/kubeadm.yaml" \
+        --kubeconfig-dir "$k" || exit 1
+    done &&
+    KUBEADM_INIT_DRYRUN_DIR="$k/manifests" ip netns exec "$ns" "$bin/kubeadm" init phase etcd local \
+      --dry-run --config "$k/kubeadm.yaml" &&
+    for c in apiserver controller-manager; do
+      KUBEADM_INIT_DRYRUN_DIR="$k/manifests" ip netns exec "$ns" "$bin/kubeadm" init phase \
+        control-plane "$c" --dry-run --config "$k/kubeadm.yaml" || exit 1
+    done
+  ) > "$k/kubeadm.log" 2>&1; then
+    tail -n 20 "$k/kubeadm.log" >&2; lab_log "kubeadm init phases failed: $k/kubeadm.log"; return 1
+  fi
+  openssl x509 -pubkey -noout -in "$k/pki/ca.crt" | openssl pkey -pubin -outform der 2>/dev/null \
+    | sha256sum | sed 's/^\([0-9a-f]*\).*/sha256:\1/' > "$k/ca-hash"
+  admin=$(head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n')
+  echo "$admin,lab-admin,lab-admin,\"system:masters\"" > "$k/tokens.csv"
   printf 'apiVersion: audit.k8s.io/v1\nkind: Policy\nomitStages: [RequestReceived]\nrules:\n- level: Metadata\n' > "$k/audit-policy.yaml"
-  ip netns exec "$ns" "$bin/etcd" --name lab --data-dir "$k/etcd" \
-    --listen-client-urls http://127.0.0.1:2379 --advertise-client-urls http://127.0.0.1:2379 \
-    --listen-peer-urls http://127.0.0.1:2380 --initial-advertise-peer-urls http://127.0.0.1:2380 \
-    --initial-cluster lab=http://127.0.0.1:2380 --log-level warn > "$k/etcd.log" 2>&1 &
+  # A static Pod's command line: its `- --flag=value` lines.
+  mapfile -t args < <(sed -n 's/^    - \(--.*\)$/\1/p' "$k/manifests/etcd.yaml")
+  ip netns exec "$ns" "$bin/etcd" "${args[@]}" --log-level warn > "$k/etcd.log" 2>&1 &
   echo $! > "$run/etcd.pid"
-  ip netns exec "$ns" "$bin/kube-apiserver" --etcd-servers http://127.0.0.1:2379 \
-    --bind-address 0.0.0.0 --advertise-address 10.89.0.1 --secure-port 6443 \
-    --tls-cert-file "$k/pki/apiserver.crt" --tls-private-key-file "$k/pki/apiserver.key" \
-    --client-ca-file "$k/pki/ca.crt" --token-auth-file "$k/tokens.csv" \
-    --service-account-key-file "$k/pki/sa.pub" --service-account-signing-key-file "$k/pki/sa.key" \
-    --service-account-issuer https://kubernetes.default.svc.cluster.local \
-    --service-cluster-ip-range 10.96.0.0/24 --authorization-mode Node,RBAC \
-    --enable-bootstrap-token-auth --audit-policy-file "$k/audit-policy.yaml" \
+  mapfile -t args < <(sed -n 's/^    - \(--.*\)$/\1/p' "$k/manifests/kube-apiserver.yaml")
+  ip netns exec "$ns" "$bin/kube-apiserver" "${args[@]}" --bind-address 0.0.0.0 \
+    --token-auth-file "$k/tokens.csv" --audit-policy-file "$k/audit-policy.yaml" \
     --audit-log-path "$k/audit.log" --audit-log-format json --profiling=false \
     > "$k/kube-apiserver.log" 2>&1 &
   echo $! > "$run/kube-apiserver.pid"
@@ -291,19 +318,47 @@ clusters:
   cluster: {server: "https://127.0.0.1:6443", certificate-authority-data: "$(base64 -w0 < "$k/pki/ca.crt")"}
 users:
 - name: lab-admin
-  user: {token: "$token"}
+  user: {token: "$admin"}
 contexts:
 - name: lab
   context: {cluster: lab, user: lab-admin, namespace: default}
 current-context: lab
 KC
   for i in $(seq 1 300); do
-    if ip netns exec "$ns" curl -fs --cacert "$k/pki/ca.crt" -H "Authorization: Bearer $token" \
+    if ip netns exec "$ns" curl -fs --cacert "$k/pki/ca.crt" -H "Authorization: Bearer $admin" \
       https://127.0.0.1:6443/readyz >/dev/null 2>&1; then
       break
     fi
     kill -0 "$(cat "$run/kube-apiserver.pid")" 2>/dev/null || { tail -n 20 "$k/kube-apiserver.log" >&2; return 1; }
     [ "$i" -lt 300 ] || { lab_log "kube-apiserver did not become ready: $k/kube-apiserver.log"; return 1; }
+    sleep 0.2
+  done
+  # Started once the API is ready (its RBAC in place), it takes its leader
+  # Lease at once instead of retrying 2 s later; its client rate limits
+  # raised (a start-up of 35 controllers, each with its own service
+  # account, otherwise takes 5 s).
+  mapfile -t args < <(sed -n 's/^    - \(--.*\)$/\1/p' "$k/manifests/kube-controller-manager.yaml" \
+    | sed "s|=/etc/kubernetes/controller-manager.conf$|=$k/controller-manager.conf|")
+  ip netns exec "$ns" "$bin/kube-controller-manager" "${args[@]}" \
+    --kube-api-qps 100 --kube-api-burst 200 > "$k/kube-controller-manager.log" 2>&1 &
+  echo $! > "$run/kube-controller-manager.pid"
+  # kubeadm's ConfigMaps (kubeadm-config, kubelet-config) and the bootstrap
+  # token with its RBAC (CSR creation and auto-approval, reading the
+  # ConfigMaps and Nodes) and kube-public/cluster-info, whose server and
+  # CA come from the super-admin kubeconfig: what joining nodes reach.
+  for c in "upload-config kubeadm" "upload-config kubelet" "bootstrap-token --skip-token-print"; do
+    # shellcheck disable=SC2086
+    ip netns exec "$ns" "$bin/kubeadm" init phase $c --config "$k/kubeadm-cluster.yaml" \
+      --kubeconfig "$k/super-admin.conf" >> "$k/kubeadm.log" 2>&1 \
+      || { tail -n 20 "$k/kubeadm.log" >&2; lab_log "kubeadm init phase $c failed: $k/kubeadm.log"; return 1; }
+  done
+  # kube-controller-manager's bootstrapsigner signs cluster-info for the token.
+  for i in $(seq 1 300); do
+    [ -n "$(lab_kubectl "$run" -n kube-public get configmap cluster-info \
+      -o "jsonpath={.data.jws-kubeconfig-${token%%.*}}" 2>/dev/null)" ] && break
+    kill -0 "$(cat "$run/kube-controller-manager.pid")" 2>/dev/null \
+      || { tail -n 20 "$k/kube-controller-manager.log" >&2; return 1; }
+    [ "$i" -lt 300 ] || { lab_log "cluster-info was not signed: $k/kube-controller-manager.log"; return 1; }
     sleep 0.2
   done
   lab_kubectl "$run" apply -f "$LAB_ROOT/deploy/crds/" >/dev/null
@@ -317,4 +372,100 @@ lab_kubectl() {
   ip netns exec "$(cat "$run/kube/netns")" \
     "$("$LAB_ROOT/scripts/kubernetes-build" 2>/dev/null | tail -n1)/kubectl" \
     --kubeconfig "$run/kube/admin.kubeconfig" "$@"
+}
+
+# lab_mirror_up NS RUN DIR PORT: the rack's own download server on
+# 10.89.0.1:PORT (Python's http.server over DIR), standing in for a site's
+# mirror: the real-node class's images and Kubernetes binaries come from
+# it, never from the internet.
+lab_mirror_up() {
+  local ns=$1 run=$2 dir=$3 port=$4
+  ip netns exec "$ns" python3 -m http.server --bind 10.89.0.1 --directory "$dir" "$port" \
+    > "$run/mirror.log" 2>&1 &
+  echo $! > "$run/mirror.pid"
+  for _ in $(seq 1 100); do
+    ip netns exec "$ns" curl -fsI "http://10.89.0.1:$port/" >/dev/null 2>&1 && return 0
+    sleep 0.1
+  done
+  lab_log "the mirror did not start; see $run/mirror.log"; return 1
+}
+
+# lab_node_mirror RUN IMAGE_DIR KUBE_BIN: fill RUN/mirror with the node
+# image (deploy/node-image/build's output) and kubelet/kubeadm.
+lab_node_mirror() {
+  local run=$1 img=$2 bin=$3 f
+  mkdir -p "$run/mirror"
+  for f in vmlinuz initrd.img rootfs.img; do ln -sf "$img/$f" "$run/mirror/$f"; done
+  if [ -f "$img/node.raw.zst" ]; then ln -sf "$img/node.raw.zst" "$run/mirror/node.raw.zst"
+  else ln -sf "$img/node.raw.xz" "$run/mirror/node.raw.xz"; fi
+  for f in kubelet kubeadm; do ln -sf "$bin/$f" "$run/mirror/$f"; done
+}
+
+# lab_node_manifests RUN CA_HASH UUID...: the real-node class `lab-node`
+# (the Debian node image from the rack's mirror on 10.89.0.1:8081, real
+# kubeadm join with the lab cluster's token and CA hash, a bridge CNI
+# config) and one Machine with its BMC Secret per VM. LAB_NODE_CLASS_EXTRA
+# is appended to the class's spec (indented YAML).
+lab_node_manifests() {
+  local run=$1 hash=$2; shift 2
+  local m="$run/mirror" i=0 disk sum
+  sum() { sha256sum "$(readlink -f "$m/$1")" | cut -d' ' -f1; }
+  disk=node.raw.xz; [ -e "$m/node.raw.zst" ] && disk=node.raw.zst
+  cat > "$run/class.yaml" <<YAML
+apiVersion: v1
+kind: Secret
+metadata: {name: lab-join-token, namespace: default}
+stringData: {token: "abcdef.0123456789abcdef"}
+---
+apiVersion: metalherd.dev/v1alpha1
+kind: MachineClass
+metadata: {name: lab-node, namespace: default}
+spec:
+  image:
+    os: debian-coreos
+    version: "${LAB_NODE_IMAGE_VERSION:-12.0}"
+    kernel: {url: "http://10.89.0.1:8081/vmlinuz", sha256: "$(sum vmlinuz)"}
+    initrd: {url: "http://10.89.0.1:8081/initrd.img", sha256: "$(sum initrd.img)"}
+    rootfs: {url: "http://10.89.0.1:8081/rootfs.img", sha256: "$(sum rootfs.img)"}
+    install: {url: "http://10.89.0.1:8081/$disk", sha256: "$(sum "$disk")"}
+  kubernetes:
+    version: ${LAB_NODE_KUBE_VERSION:-v1.34.4}
+    kubelet: {url: "http://10.89.0.1:8081/kubelet", sha256: "$(sum kubelet)"}
+    kubeadm: {url: "http://10.89.0.1:8081/kubeadm", sha256: "$(sum kubeadm)"}
+  containerRuntime: {name: containerd, version: "1.6.20"}
+  join:
+    apiServerEndpoint: "10.89.0.1:6443"
+    caCertHashes: ["$hash"]
+    tokenSecretRef: {name: lab-join-token}
+  nodeLabels: {node.kubernetes.io/pool: lab, metalherd.dev/os: debian-coreos}
+  nodeTaints: [{key: metalherd.dev/lab, value: "true", effect: PreferNoSchedule}]
+  files:
+  - path: /etc/cni/net.d/10-lab.conflist
+    contents: |
+      {"cniVersion": "1.0.0", "name": "lab", "plugins": [
+        {"type": "bridge", "bridge": "cni0", "isGateway": true, "ipMasq": false,
+         "ipam": {"type": "host-local", "ranges": [[{"subnet": "10.244.0.0/24"}]]}}]}
+${LAB_NODE_CLASS_EXTRA:-}
+YAML
+  : > "$run/machines.yaml"
+  for uuid in "$@"; do
+    i=$((i + 1))
+    cat >> "$run/machines.yaml" <<YAML
+---
+apiVersion: v1
+kind: Secret
+metadata: {name: vm$i-bmc, namespace: default}
+stringData: {username: admin, password: "lab-bmc-7Qx2vN9k"}
+---
+apiVersion: metalherd.dev/v1alpha1
+kind: Machine
+metadata: {name: vm$i, namespace: default, labels: {rack: lab}}
+spec:
+  bmc:
+    address: redfish+http://127.0.0.1:${LAB_BMC_PORT:-8000}/redfish/v1/Systems/$uuid
+    credentialsSecretRef: {name: vm$i-bmc}
+  network: {address: 10.89.0.$((10 + i))/24, gateway: 10.89.0.1, dns: [10.89.0.1], hostname: vm$i}
+  classRef: {name: lab-node}
+YAML
+  done
 }

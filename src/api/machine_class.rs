@@ -68,11 +68,17 @@ pub struct MachineClassSpec {
     pub wipe_on_deprovision: bool,
 }
 
+/// The `spec.image.os` values metalherd installs: Flatcar Container Linux,
+/// Fedora CoreOS, and a CoreOS-style Debian image such as the one
+/// `deploy/node-image/` builds.
+pub const OS_NAMES: [&str; 3] = ["flatcar", "fedora-coreos", "debian-coreos"];
+
 /// The OS a class installs.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct OsImage {
-    /// `flatcar` or `fedora-coreos`.
+    /// `flatcar`, `fedora-coreos` or `debian-coreos` (a CoreOS-style Debian
+    /// image built like `deploy/node-image/`).
     pub os: String,
     /// OS release, for example `4230.2.3` (Flatcar) or `42.20250721.3.0` (FCOS).
     pub version: String,

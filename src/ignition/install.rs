@@ -79,7 +79,7 @@ pub(crate) fn install_config(
     };
 
     vars.push(("PRESERVE_PARTLABELS", preserved_labels(class)?.join(" ")));
-    if r.os == Os::Flatcar {
+    if matches!(r.os, Os::Flatcar | Os::DebianCoreos) {
         vars.push(("KERNEL_ARGS", node::kernel_args(class)?.join(" ")));
     }
 
@@ -97,7 +97,7 @@ pub(crate) fn install_config(
     ));
     let (installer, flatcar) = match r.os {
         Os::Flatcar => ("flatcar-install", true),
-        Os::FedoraCoreOs => ("coreos-installer", false),
+        Os::FedoraCoreos | Os::DebianCoreos => ("coreos-installer", false),
     };
     c.add_file(File::text(
         "/etc/metalherd/install.sh",
@@ -108,6 +108,7 @@ pub(crate) fn install_config(
                 os_name: r.os.display(),
                 installer,
                 flatcar,
+                grub_kargs: r.os == Os::DebianCoreos,
             },
         )?,
     ));

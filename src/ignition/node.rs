@@ -179,8 +179,9 @@ pub(crate) fn node_config(
     ));
 
     ssh_keys(class, &mut c)?;
-    if r.os == Os::FedoraCoreOs && !spec.kernel_args.is_empty() {
-        // Flatcar gets them from the installer (OEM grub.cfg).
+    if r.os == Os::FedoraCoreos && !spec.kernel_args.is_empty() {
+        // Flatcar and the Debian image get them from the installer (a
+        // grub.cfg fragment).
         let args = kernel_args(class)?;
         c.kernel_arguments = Some(KernelArguments {
             should_exist: args,
@@ -314,7 +315,7 @@ fn network(r: &Resolved<'_>, machine: &Machine, c: &mut Config) -> Result<(), Re
     }
     let mac = Some(r.mac.as_str());
     match r.os {
-        Os::Flatcar => c.add_file(File::text(
+        Os::Flatcar | Os::DebianCoreos => c.add_file(File::text(
             "/etc/systemd/network/10-metalherd.network",
             0o644,
             &render(
@@ -328,7 +329,7 @@ fn network(r: &Resolved<'_>, machine: &Machine, c: &mut Config) -> Result<(), Re
                 },
             )?,
         )),
-        Os::FedoraCoreOs => {
+        Os::FedoraCoreos => {
             let v6 = matches!(addr, ipnet::IpNet::V6(_));
             let upper = r.mac.to_ascii_uppercase();
             c.add_file(File::text(

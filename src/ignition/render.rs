@@ -199,28 +199,33 @@ pub fn to_json(config: &Config) -> Result<String, serde_json::Error> {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Os {
     Flatcar,
-    FedoraCoreOs,
+    FedoraCoreos,
+    /// A CoreOS-style Debian image (deploy/node-image/ builds one): a live
+    /// kernel, initramfs and rootfs like Fedora CoreOS's, installed by
+    /// coreos-installer; Ignition 2.14, systemd-networkd, its own containerd.
+    DebianCoreos,
 }
 
 impl Os {
     pub fn display(self) -> &'static str {
         match self {
             Os::Flatcar => "Flatcar Container Linux",
-            Os::FedoraCoreOs => "Fedora CoreOS",
+            Os::FedoraCoreos => "Fedora CoreOS",
+            Os::DebianCoreos => "Debian (CoreOS-style)",
         }
     }
     /// Where downloaded binaries go: writable, on PATH, right SELinux label.
     pub fn bin_dir(self) -> &'static str {
         match self {
             Os::Flatcar => "/opt/bin",
-            Os::FedoraCoreOs => "/usr/local/bin",
+            Os::FedoraCoreos | Os::DebianCoreos => "/usr/local/bin",
         }
     }
     /// Prefix whose `bin/` is `bin_dir` (release tarballs unpack here).
     pub fn prefix(self) -> &'static str {
         match self {
             Os::Flatcar => "/opt",
-            Os::FedoraCoreOs => "/usr/local",
+            Os::FedoraCoreos | Os::DebianCoreos => "/usr/local",
         }
     }
 }
@@ -272,11 +277,15 @@ impl<'a> Resolved<'a> {
         };
         let os = match image.os.as_str() {
             "flatcar" => Os::Flatcar,
-            "fedora-coreos" => Os::FedoraCoreOs,
+            "fedora-coreos" => Os::FedoraCoreos,
+            "debian-coreos" => Os::DebianCoreos,
             other => {
                 return Err(RenderError::invalid(
                     format!("{image_field}.os"),
-                    format!("unknown OS {other:?} (supported: flatcar, fedora-coreos)"),
+                    format!(
+                        "unknown OS {other:?} (supported: {})",
+                        crate::api::OS_NAMES.join(", ")
+                    ),
                 ));
             }
         };

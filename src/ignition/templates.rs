@@ -112,6 +112,9 @@ pub(crate) struct InstallScript<'a> {
     pub os_name: &'a str,
     pub installer: &'a str,
     pub flatcar: bool,
+    /// Kernel arguments go into `boot:/grub/metalherd-kargs.cfg` (the
+    /// Debian image's grub.cfg reads it).
+    pub grub_kargs: bool,
 }
 
 #[derive(Template)]

@@ -49,7 +49,22 @@ pub fn examples() -> Vec<(&'static str, Machine, MachineClass)> {
             load("class-flatcar.yaml"),
         ),
         ("fcos", load("machine-fcos.yaml"), load("class-fcos.yaml")),
+        ("debian", load("machine-fcos.yaml"), debian_class()),
     ]
+}
+
+/// The Fedora CoreOS example as a `debian-coreos` class (the image
+/// deploy/node-image/ builds): the OS's own containerd and CNI plugins,
+/// kernel arguments through the installer's grub fragment.
+pub fn debian_class() -> MachineClass {
+    let mut c: MachineClass = load("class-fcos.yaml");
+    c.spec.image.os = "debian-coreos".into();
+    c.spec.image.version = "12.0".into();
+    c.spec.kubernetes.containerd = None;
+    c.spec.kubernetes.cni_plugins = None;
+    c.spec.container_runtime.version = "1.6.20".into();
+    c.spec.units.clear();
+    c
 }
 
 pub fn ctx(node_config: NodeConfigSource) -> RenderContext {

@@ -122,12 +122,13 @@ fn require_pinned(a: &Artifact, at: &str, errs: &mut ValidationErrors) {
 }
 
 pub(super) fn validate_image(img: &OsImage, at: &str, errs: &mut ValidationErrors) {
-    if !matches!(img.os.as_str(), "flatcar" | "fedora-coreos") {
+    if !crate::api::OS_NAMES.contains(&img.os.as_str()) {
         errs.push(
             format!("{at}.os"),
             format!(
-                "unknown OS {:?} (supported: flatcar, fedora-coreos)",
-                img.os
+                "unknown OS {:?} (supported: {})",
+                img.os,
+                crate::api::OS_NAMES.join(", ")
             ),
         );
     }
