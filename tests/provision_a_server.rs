@@ -1,8 +1,14 @@
 //! Story: provision a server. A Machine declared with only its BMC (the
 //! virtual rack's Redfish emulator driving a real QEMU VM), its network and
 //! a class goes Registering -> Provisioning -> Provisioned -> Ready through
-//! real DHCP, TFTP (UEFI firmware fetches iPXE), HTTP (script, kernel,
-//! initrd, Ignition) and the installer's and node's call-homes. At its end
+//! real DHCP, TFTP (UEFI firmware fetches iPXE) and HTTP (script, kernel,
+//! initrd, the live root, Ignition). The OS is a real one (the Debian node
+//! image deploy/node-image/ builds, class `lab-node`): real Ignition applies
+//! the install config in the live system, metalherd's install script picks
+//! the disk and writes the image with coreos-installer, the installed OS's
+//! first boot runs Ignition with the node config, containerd and kubelet
+//! start and `kubeadm join` joins the lab's kubeadm-made cluster; metalherd
+//! marks the Machine Ready only once the Node is Ready there. At its end
 //! neither the join token nor the BMC password appears in metalherd's log,
 //! metrics, Events or the Machine's status.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
@@ -35,7 +41,7 @@ pub fn assert_steps_in_order(steps: &[String], want: &[&str]) {
 
 #[test]
 fn provision_a_server() {
-    let (_lock, lab, seen) = common::lab::one_ready_vm();
+    let (_lock, lab, seen) = common::lab::ready_nodes(1);
     for p in ["Provisioning", "Provisioned", "Ready"] {
         assert!(
             seen.iter().any(|s| s == p),
@@ -58,16 +64,48 @@ fn provision_a_server() {
     assert_steps_in_order(&boot_steps(&m), &INSTALL_STEPS);
     assert!(m["status"]["provisionedRevision"].is_string(), "{m}");
     assert_eq!(m["status"]["powerState"], "On");
+    assert_eq!(m["status"]["nodeRef"]["name"], "vm1", "{m}");
+
+    // The real installer ran in the live system and wrote the image.
     let console = lab.console(1);
+    for line in [
+        "metalherd-install: installing Debian (CoreOS-style)",
+        "metalherd-install: done, rebooting",
+    ] {
+        assert!(console.contains(line), "{line:?} not on the console");
+    }
+
+    // The Node: Ready, the class's labels and taint, the image's
+    // containerd and the class's kubelet.
+    let (ok, out, err) = lab.kubectl(&["get", "node", "vm1", "-o", "json"]);
+    assert!(ok, "kubectl get node vm1: {err}");
+    let node: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let ready = node["status"]["conditions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|c| c["type"] == "Ready" && c["status"] == "True");
+    assert!(ready, "{out}");
+    let labels = &node["metadata"]["labels"];
+    assert_eq!(labels["node.kubernetes.io/pool"], "lab", "{labels}");
+    assert_eq!(labels["metalherd.dev/os"], "debian-coreos", "{labels}");
     assert!(
-        console.contains("installer: called home installed"),
-        "{console}"
+        node["spec"]["taints"].as_array().is_some_and(|t| t
+            .iter()
+            .any(|t| t["key"] == "metalherd.dev/lab" && t["effect"] == "PreferNoSchedule")),
+        "{out}"
     );
-    assert!(console.contains("node: called home booted"), "{console}");
+    let info = &node["status"]["nodeInfo"];
+    assert_eq!(info["kubeletVersion"], "v1.34.4", "{info}");
     assert!(
-        console.contains("addr 10.89.0.11/24"),
-        "the node did not get its reserved address:\n{console}"
+        info["containerRuntimeVersion"]
+            .as_str()
+            .is_some_and(|v| v.starts_with("containerd://1.6.20")),
+        "{info}"
     );
+    let (_, wide, _) = lab.kubectl(&["get", "nodes", "-o", "wide"]);
+    eprintln!("lab: kubectl get nodes -o wide\n{wide}");
+
     // describe tells the story without logs.
     let d = lab.cli_ok(&["describe", "machine", "vm1"]);
     assert!(d.contains("Installed") && d.contains("Booted"), "{d}");

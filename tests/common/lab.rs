@@ -72,12 +72,46 @@ pub struct Lab {
     pub uuids: Vec<String>,
     pub serve: Option<ChildGuard>,
     serve_logs: u32,
+    /// Real nodes ([`Lab::up_nodes`]): the Debian node image, the lab's
+    /// kubeadm-made cluster and the `lab-node` class.
+    nodes: bool,
+}
+
+/// How long a real node may take from power-on to Node Ready under
+/// emulation (live boot, install, first boot, kubeadm join).
+pub const NODE_READY_TIMEOUT: Duration = Duration::from_secs(2400);
+
+/// [`one_ready_vm`] with real nodes ([`Lab::up_nodes`]).
+pub fn ready_nodes(n: usize) -> (MutexGuard<'static, ()>, Lab, Vec<String>) {
+    let guard = LAB_LOCK.lock().unwrap_or_else(|e| e.into_inner());
+    let lab = Lab::up_nodes(n);
+    lab.declare(&[]);
+    let mut seen = Vec::new();
+    lab.wait_phase("vm1", "Ready", NODE_READY_TIMEOUT, &mut seen);
+    for i in 2..=n {
+        let mut others = Vec::new();
+        lab.wait_phase(&format!("vm{i}"), "Ready", NODE_READY_TIMEOUT, &mut others);
+    }
+    (guard, lab, seen)
 }
 
 impl Lab {
     /// Start a rack with `n` VMs (powered off), the Redfish emulator and
     /// metalherd; nothing is declared yet.
     pub fn up(n: usize) -> Lab {
+        Lab::start(n, false)
+    }
+
+    /// A rack of `n` real nodes: VMs with 2 GiB, 2 vCPUs and a blank 8 GiB
+    /// virtio disk, the node image (deploy/node-image/build, cached) and
+    /// kubelet/kubeadm on the rack's mirror (10.89.0.1:8081), the lab's
+    /// kubeadm-made cluster (lib.sh's `lab_kube_up`) as metalherd's target
+    /// cluster, and metalherd. Nothing is declared yet.
+    pub fn up_nodes(n: usize) -> Lab {
+        Lab::start(n, true)
+    }
+
+    fn start(n: usize, nodes: bool) -> Lab {
         super::require_root();
         for t in [
             "qemu-system-x86_64",
@@ -108,8 +142,13 @@ impl Lab {
             uuids: Vec::new(),
             serve: None,
             serve_logs: 0,
+            nodes,
         };
         let root = super::repo_root();
+        if nodes {
+            lab.start_nodes(n, &venv);
+            return lab;
+        }
         let kernel = Command::new(root.join("deploy/lab/build-initramfs"))
             .arg(run.join("test-os.cpio.gz"))
             .output()
@@ -154,6 +193,70 @@ impl Lab {
         lab_sh(&format!("lab_config '{r}' br0 '{}'", root.display()));
         lab.start_metalherd();
         lab
+    }
+
+    fn start_nodes(&mut self, n: usize, venv: &Path) {
+        let root = super::repo_root();
+        // METALHERD_NODE_IMAGE: an image directory built earlier (its
+        // README); otherwise the build, which returns its cache at once
+        // when the inputs did not change.
+        let image = match std::env::var("METALHERD_NODE_IMAGE") {
+            Ok(dir) => dir,
+            Err(_) => {
+                let build = Command::new(root.join("deploy/node-image/build"))
+                    .output()
+                    .expect("deploy/node-image/build");
+                assert!(
+                    build.status.success(),
+                    "deploy/node-image/build failed:\n{}",
+                    tail(&String::from_utf8_lossy(&build.stderr), 4000)
+                );
+                String::from_utf8_lossy(&build.stdout)
+                    .lines()
+                    .last()
+                    .unwrap_or_default()
+                    .trim()
+                    .to_string()
+            }
+        };
+        assert!(
+            Path::new(&image).join("vmlinuz").exists(),
+            "the node image build printed no output directory: {image:?}"
+        );
+        std::fs::create_dir_all(self.run.join("data")).expect("data dir");
+        let (ns, r) = (self.ns.clone(), self.run.display().to_string());
+        lab_sh(&format!(
+            "lab_netns_up {ns} br0 10.89.0.1/24; lab_libvirt_up {ns} '{r}'"
+        ));
+        for i in 1..=n {
+            let disk = self.run.join(format!("vm{i}.img"));
+            let f = std::fs::File::create(&disk).expect("disk");
+            f.set_len(8 << 30).expect("sparse disk");
+            let uuid = lab_sh(&format!(
+                "LAB_VM_MEMORY=2048 LAB_VM_CPUS=2 LAB_VM_DISK_BUS=virtio \
+                 lab_define_vm '{r}' {ns}-vm{i} {} '{}' br0 uefi",
+                mac(i),
+                disk.display()
+            ));
+            self.uuids.push(uuid.trim().to_string());
+        }
+        lab_sh(&format!(
+            "lab_sushy_up {ns} '{r}' 8000 '{}'",
+            venv.display()
+        ));
+        lab_sh(&format!("lab_config '{r}' br0 '{}'", root.display()));
+        let kubeconfig = self.kube_up();
+        super::control_plane::kube_bin("kubelet");
+        let bin = super::control_plane::kube_bin_dir();
+        lab_sh(&format!(
+            "lab_node_mirror '{r}' '{image}' '{}'; lab_mirror_up {ns} '{r}' '{r}/mirror' 8081",
+            bin.display()
+        ));
+        self.merge_config(&format!(
+            "controller: {{kubeconfig: '{}', installDeadlineSeconds: 2400, joinDeadlineSeconds: 1800}}",
+            kubeconfig.display()
+        ));
+        self.start_metalherd();
     }
 
     /// Start (or restart) `metalherd serve` in the rack's namespace.
@@ -302,10 +405,17 @@ impl Lab {
         for (k, v) in env {
             script.push_str(&format!("export {k}='{v}'; "));
         }
-        script.push_str(&format!(
-            "lab_manifests '{r}' '{r}/vmlinuz' '{r}/test-os.cpio.gz' {}",
-            self.uuids.join(" ")
-        ));
+        if self.nodes {
+            script.push_str(&format!(
+                "lab_node_manifests '{r}' \"$(cat '{r}/kube/ca-hash')\" {}",
+                self.uuids.join(" ")
+            ));
+        } else {
+            script.push_str(&format!(
+                "lab_manifests '{r}' '{r}/vmlinuz' '{r}/test-os.cpio.gz' {}",
+                self.uuids.join(" ")
+            ));
+        }
         lab_sh(&script);
     }
 

@@ -2,6 +2,10 @@
 # metalherd additions to Debian's 30ignition dracut module:
 #  - live root: root=metalherd:live mounts /root.squashfs (shipped as a second
 #    initrd, rootfs.img) read-only under a tmpfs overlay at /sysroot;
+#    coreos.live.rootfs_url=URL without root= (Fedora CoreOS's live PXE
+#    arguments) fetches rootfs.img with curl and unpacks it with cpio first;
+#  - DHCP in the initramfs without ip= on a live or Ignition first boot
+#    (metalherd-live-generator: a .network and systemd-networkd);
 #  - is-live-image, the hook ignition-generator asks to skip the disk-only
 #    Ignition units on a live boot;
 #  - first boot from disk: copy /boot/ignition/config.ign (where
@@ -16,7 +20,7 @@ check() {
 }
 
 depends() {
-    echo ignition systemd
+    echo ignition systemd systemd-networkd
 }
 
 installkernel() {
@@ -24,7 +28,7 @@ installkernel() {
 }
 
 install() {
-    inst_multiple mount umount mkdir cp modprobe grep
+    inst_multiple mount umount mkdir cp modprobe grep bash curl cpio date stat sleep rm
     inst_hook cmdline 90 "$moddir/metalherd-parse-live.sh"
     inst_script "$moddir/is-live-image" /usr/bin/is-live-image
     inst_multiple setfiles
