@@ -15,7 +15,8 @@
 
 mod common;
 
-use common::lab::{boot_steps, mac};
+use common::lab::{NODE_DATA_MARKER, NODE_DATA_START, boot_steps, mac};
+use common::lab_disk;
 
 /// The steps a provisioning boot must show, in this order.
 pub const INSTALL_STEPS: [&str; 8] = [
@@ -62,6 +63,10 @@ fn provision_a_server() {
         "{m}"
     );
     assert_steps_in_order(&boot_steps(&m), &INSTALL_STEPS);
+    // The timeline, for BENCHMARKS.md's power-on to Node Ready.
+    for s in m["status"]["bootHistory"].as_array().into_iter().flatten() {
+        eprintln!("lab: {} {}", s["time"], s["step"]);
+    }
     assert!(m["status"]["provisionedRevision"].is_string(), "{m}");
     assert_eq!(m["status"]["powerState"], "On");
     assert_eq!(m["status"]["nodeRef"]["name"], "vm1", "{m}");
@@ -74,6 +79,23 @@ fn provision_a_server() {
     ] {
         assert!(console.contains(line), "{line:?} not on the console");
     }
+
+    // The data partition the class preserves is still where it was, with
+    // what was written there before the install.
+    let img = lab.disk(1);
+    let data = lab_disk::partition(&img, "data").expect("data partition gone");
+    assert_eq!(
+        data.start,
+        NODE_DATA_START,
+        "{:?}",
+        lab_disk::partitions(&img)
+    );
+    assert_eq!(lab_disk::first_line(&img, data.start), NODE_DATA_MARKER);
+    assert!(
+        lab_disk::partition(&img, "root").is_some(),
+        "no root partition written: {:?}",
+        lab_disk::partitions(&img)
+    );
 
     // The Node: Ready, the class's labels and taint, the image's
     // containerd and the class's kubelet.

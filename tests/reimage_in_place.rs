@@ -1,20 +1,75 @@
-//! Story: reimage in place. Changing the class's image version reimages
-//! the same VM: same address and name, the install path served a second
-//! time, status shows the new revision, the OS partition is rewritten and
-//! the data partition the class preserves keeps what the node wrote there
-//! before the reimage.
+//! Story: reimage in place, on a real node. A Node of the lab's
+//! kubeadm-made cluster (the Debian node image, joined by `kubeadm join`)
+//! runs a Pod bound to it (`nodeName`, no scheduler needed) behind a
+//! PodDisruptionBudget. Changing the class's image version reimages the
+//! same server: metalherd cordons and drains the Node through the real
+//! eviction API (the budget refuses the first evictions; once it is
+//! removed the Pod is evicted), boots the installer again, coreos-installer
+//! rewrites the OS and keeps the `data` partition the class preserves, and
+//! the server rejoins under the same Node name with a new boot, Ready
+//! before the Machine is.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod common;
 
 use std::time::Duration;
 
-use common::lab::boot_steps;
+use common::lab::{NODE_DATA_MARKER, NODE_DATA_START, NODE_READY_TIMEOUT, boot_steps};
 use common::lab_disk;
+use common::proc::wait_for;
+use serde_json::Value;
+
+const WORKLOAD: &str = r#"apiVersion: v1
+kind: Pod
+metadata: {name: pinned, namespace: default, labels: {app: pinned}}
+spec:
+  nodeName: vm1
+  terminationGracePeriodSeconds: 5
+  containers:
+  - name: pause
+    image: registry.k8s.io/pause:3.10.1
+    imagePullPolicy: Never
+---
+apiVersion: policy/v1
+kind: PodDisruptionBudget
+metadata: {name: pinned, namespace: default}
+spec:
+  minAvailable: 1
+  selector: {matchLabels: {app: pinned}}
+"#;
+
+/// Evictions of the Pod `pinned` in the cluster's audit log, as their
+/// response codes.
+fn evictions(lab: &common::lab::Lab) -> Vec<u64> {
+    std::fs::read_to_string(lab.run.join("kube/audit.log"))
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|e| {
+            e["objectRef"]["subresource"] == "eviction"
+                && e["objectRef"]["name"] == "pinned"
+                && e["stage"] == "ResponseComplete"
+        })
+        .filter_map(|e| e["responseStatus"]["code"].as_u64())
+        .collect()
+}
+
+fn node(lab: &common::lab::Lab) -> Value {
+    let (ok, out, err) = lab.kubectl(&["get", "node", "vm1", "-o", "json"]);
+    assert!(ok, "kubectl get node vm1: {err}");
+    serde_json::from_str(&out).unwrap()
+}
+
+fn node_ready(n: &Value) -> bool {
+    n["status"]["conditions"].as_array().is_some_and(|c| {
+        c.iter()
+            .any(|c| c["type"] == "Ready" && c["status"] == "True")
+    })
+}
 
 #[test]
 fn reimage_in_place() {
-    let (_lock, lab, _) = common::lab::one_ready_vm();
+    let (_lock, lab, _) = common::lab::ready_nodes(1);
     let before = lab.machine("vm1").unwrap();
     let rev1 = before["status"]["provisionedRevision"]
         .as_str()
@@ -26,27 +81,65 @@ fn reimage_in_place() {
         .iter()
         .filter(|s| *s == "Installed")
         .count();
+    let node_boot1 = node(&lab)["status"]["nodeInfo"]["bootID"]
+        .as_str()
+        .unwrap()
+        .to_string();
 
-    // The installer wrote ROOT for this boot, and the node, up from the
-    // disk, marked the DATA partition before it called home (so before
-    // Ready). Both were synced by the guest: the image shows them.
-    let img = lab.disk(1);
-    let root = lab_disk::partition(&img, "ROOT").expect("no ROOT partition");
-    let data = lab_disk::partition(&img, "DATA").expect("no DATA partition");
-    assert_eq!(
-        lab_disk::first_line(&img, root.start),
-        format!("MHROOT boot={boot1} version=4230.2.3")
-    );
-    let marker = format!("MHDATA written-under-boot={boot1}");
-    assert_eq!(lab_disk::first_line(&img, data.start), marker);
+    // A workload the drain must move, behind a budget that forbids it.
+    let manifest = lab.run.join("workload.yaml");
+    std::fs::write(&manifest, WORKLOAD).unwrap();
+    let (ok, _, err) = lab.kubectl(&["apply", "-f", &manifest.to_string_lossy()]);
+    assert!(ok, "{err}");
+    let running = wait_for(Duration::from_secs(600), || {
+        let (_, phase, _) =
+            lab.kubectl(&["get", "pod", "pinned", "-o", "jsonpath={.status.phase}"]);
+        (phase == "Running").then_some(())
+    });
+    let (_, pod, _) = lab.kubectl(&["describe", "pod", "pinned"]);
+    assert!(running.is_some(), "the Pod never ran on vm1:\n{pod}");
+    eprintln!("lab: Pod pinned runs on vm1 ({} s)", lab.since());
 
     // A new image version in the class: a new desired revision.
-    lab.declare(&[("LAB_IMAGE_VERSION", "4230.2.4")]);
-    let mut seen2 = Vec::new();
-    // The reimage starts…
-    lab.wait_phase("vm1", "Reimaging", Duration::from_secs(300), &mut seen2);
-    // …and ends Ready again on the same server.
-    lab.wait_phase("vm1", "Ready", Duration::from_secs(900), &mut seen2);
+    lab.declare(&[("LAB_NODE_IMAGE_VERSION", "12.1")]);
+    let mut seen = Vec::new();
+    lab.wait_phase("vm1", "Reimaging", Duration::from_secs(300), &mut seen);
+
+    // The drain asks to evict the Pod and the budget refuses (429)…
+    let refused = wait_for(Duration::from_secs(300), || {
+        evictions(&lab).contains(&429).then_some(())
+    });
+    assert!(
+        refused.is_some(),
+        "no eviction refused by the budget: {:?}",
+        evictions(&lab)
+    );
+    let n = node(&lab);
+    assert_eq!(n["spec"]["unschedulable"], true, "vm1 not cordoned: {n}");
+    // …and the server is not touched while the Pod is there.
+    let m = lab.machine("vm1").unwrap();
+    assert_eq!(
+        m["status"]["boot"]["id"].as_str(),
+        Some(boot1.as_str()),
+        "a boot started before the drain finished: {m}"
+    );
+    // Lifting the budget lets the next eviction through.
+    let (ok, _, err) = lab.kubectl(&["delete", "pdb", "pinned"]);
+    assert!(ok, "{err}");
+    let gone = wait_for(Duration::from_secs(300), || {
+        let (ok, _, err) = lab.kubectl(&["get", "pod", "pinned"]);
+        (!ok && err.contains("NotFound")).then_some(())
+    });
+    assert!(gone.is_some(), "the Pod was not evicted");
+    assert!(
+        evictions(&lab).iter().any(|c| *c < 300),
+        "{:?}",
+        evictions(&lab)
+    );
+    eprintln!("lab: Pod pinned evicted ({} s)", lab.since());
+
+    // …and the same server ends Ready again, its Node rejoined.
+    lab.wait_phase("vm1", "Ready", NODE_READY_TIMEOUT, &mut seen);
     let after = lab.machine("vm1").unwrap();
     let rev2 = after["status"]["provisionedRevision"].as_str().unwrap();
     assert_ne!(rev1, rev2, "revision did not move: {after}");
@@ -67,31 +160,26 @@ fn reimage_in_place() {
     assert_ne!(boot1, boot2, "no new boot: {after}");
     let console = lab.console(1);
     assert!(
-        console.matches("installer: called home installed").count() >= 2,
-        "{console}"
-    );
-    // The same reserved address both times.
-    assert!(
-        console.matches("addr 10.89.0.11/24").count() >= 4,
-        "{console}"
+        console
+            .matches("metalherd-install: done, rebooting")
+            .count()
+            >= 2,
+        "the installer did not run twice"
     );
 
-    // The OS partition was rewritten by the reimage, with the new version…
-    let root2 = lab_disk::partition(&img, "ROOT").expect("ROOT gone after the reimage");
-    assert_eq!(
-        lab_disk::first_line(&img, root2.start),
-        format!("MHROOT boot={boot2} version=4230.2.4"),
-        "{console}"
+    // The Node: same name, Ready, schedulable again, a new boot.
+    let n = node(&lab);
+    assert!(node_ready(&n), "{n}");
+    assert_ne!(n["spec"]["unschedulable"], true, "still cordoned: {n}");
+    assert_ne!(
+        n["status"]["nodeInfo"]["bootID"].as_str(),
+        Some(node_boot1.as_str()),
+        "the Node did not come back from a new boot: {n}"
     );
-    // …while the preserved DATA partition is still in the new table where
-    // it was, with the marker written before the reimage (a lost partition
-    // would have been marked anew under the reimage's boot, or not at all).
-    assert_eq!(
-        lab_disk::partition(&img, "DATA"),
-        Some(data.clone()),
-        "DATA not kept: {:?}\n{console}",
-        lab_disk::partitions(&img)
-    );
-    assert_eq!(lab_disk::first_line(&img, data.start), marker, "{console}");
-    assert!(console.contains("node: DATA keeps"), "{console}");
+
+    // The preserved partition kept what was there before both installs.
+    let img = lab.disk(1);
+    let data = lab_disk::partition(&img, "data").expect("data partition gone");
+    assert_eq!(data.start, NODE_DATA_START);
+    assert_eq!(lab_disk::first_line(&img, data.start), NODE_DATA_MARKER);
 }

@@ -60,15 +60,21 @@ lab_virsh() { local run=$1; shift; virsh -c "qemu:///system?socket=$run/libvirt/
 
 # lab_define_vm RUN NAME MAC DISK BRIDGE [uefi|bios]
 # LAB_VM_MEMORY (MiB, default 512) and LAB_VM_CPUS (default 1) size the VM;
-# LAB_VM_DISK_BUS=virtio (default ide) attaches DISK as a virtio disk with
-# serial LAB_VM_DISK_SERIAL (default NAME-disk0); LAB_VM_DISK2=FILE adds a
+# LAB_VM_DISK_BUS=virtio or sata (default ide) attaches DISK as a virtio or
+# SATA disk with serial LAB_VM_DISK_SERIAL (default NAME-disk0); LAB_VM_DISK2=FILE adds a
 # second virtio disk with serial LAB_VM_DISK2_SERIAL (default NAME-disk1).
+# LAB_VM_ON_REBOOT=destroy turns a guest reboot into a power-off: libvirt
+# applies a boot device change (metalherd's "boot from disk" after an
+# install) only when a VM starts, where a real server's BMC applies it at
+# the next reset; metalherd powers an installed server that is off back on.
 lab_define_vm() {
   local run=$1 name=$2 mac=$3 disk=$4 br=$5 fw=${6:-uefi}
   local loader="" nic="<model type='e1000'/>" disks
   local mem=${LAB_VM_MEMORY:-512} cpus=${LAB_VM_CPUS:-1}
   if [ "${LAB_VM_DISK_BUS:-ide}" = virtio ]; then
     disks="<disk type='file' device='disk'><driver name='qemu' type='raw' cache='unsafe'/><source file='$disk'/><target dev='vda' bus='virtio'/><serial>${LAB_VM_DISK_SERIAL:-$name-disk0}</serial></disk>"
+  elif [ "${LAB_VM_DISK_BUS:-ide}" = sata ]; then
+    disks="<disk type='file' device='disk'><driver name='qemu' type='raw' cache='unsafe'/><source file='$disk'/><target dev='sda' bus='sata'/><serial>${LAB_VM_DISK_SERIAL:-$name-disk0}</serial></disk>"
   else
     disks="<disk type='file' device='disk'><driver name='qemu' type='raw'/><source file='$disk'/><target dev='hda' bus='ide'/></disk>"
   fi
@@ -89,7 +95,7 @@ lab_define_vm() {
   <vcpu>$cpus</vcpu>
   <os><type arch='x86_64' machine='pc'>hvm</type>$loader<boot dev='hd'/></os>
   <features><acpi/></features>
-  <on_reboot>restart</on_reboot>
+  <on_reboot>${LAB_VM_ON_REBOOT:-restart}</on_reboot>
   <devices>
     <emulator>/usr/bin/qemu-system-x86_64</emulator>
     $disks
@@ -116,6 +122,11 @@ SUSHY_EMULATOR_LISTEN_IP = '127.0.0.1'
 SUSHY_EMULATOR_LISTEN_PORT = $port
 SUSHY_EMULATOR_LIBVIRT_URI = 'qemu:///system?socket=$run/libvirt/libvirt-sock'
 SUSHY_EMULATOR_BOOT_LOADER_MAP = {'UEFI': {'x86_64': '/usr/share/OVMF/OVMF_CODE_4M.fd'}, 'Legacy': {'x86_64': None}}
+# Variable stores that match the 4 MiB firmware above (sushy's defaults are
+# the 2 MiB build's 128 KiB stores: with them OVMF hangs when it writes a
+# variable, e.g. a new boot option for a disk written since the last boot).
+SUSHY_EMULATOR_SECURE_BOOT_ENABLED_NVRAM = '/usr/share/OVMF/OVMF_VARS_4M.ms.fd'
+SUSHY_EMULATOR_SECURE_BOOT_DISABLED_NVRAM = '/usr/share/OVMF/OVMF_VARS_4M.fd'
 CONF
   ip netns exec "$ns" "$venv/bin/sushy-emulator" --config "$run/sushy.conf" > "$run/sushy.log" 2>&1 &
   echo $! > "$run/sushy.pid"
@@ -439,6 +450,8 @@ spec:
     tokenSecretRef: {name: lab-join-token}
   nodeLabels: {node.kubernetes.io/pool: lab, metalherd.dev/os: debian-coreos}
   nodeTaints: [{key: metalherd.dev/lab, value: "true", effect: PreferNoSchedule}]
+  # Kept across installs when the disk has it (the tests give each VM one).
+  preservePartitions: [data]
   files:
   - path: /etc/cni/net.d/10-lab.conflist
     contents: |

@@ -75,6 +75,8 @@ pub struct Lab {
     /// Real nodes ([`Lab::up_nodes`]): the Debian node image, the lab's
     /// kubeadm-made cluster and the `lab-node` class.
     nodes: bool,
+    /// When [`Lab::declare`] last applied the manifests.
+    declared: Mutex<Option<Instant>>,
 }
 
 /// How long a real node may take from power-on to Node Ready under
@@ -143,6 +145,7 @@ impl Lab {
             serve: None,
             serve_logs: 0,
             nodes,
+            declared: Mutex::new(None),
         };
         let root = super::repo_root();
         if nodes {
@@ -230,10 +233,9 @@ impl Lab {
         ));
         for i in 1..=n {
             let disk = self.run.join(format!("vm{i}.img"));
-            let f = std::fs::File::create(&disk).expect("disk");
-            f.set_len(8 << 30).expect("sparse disk");
+            data_partition(&disk);
             let uuid = lab_sh(&format!(
-                "LAB_VM_MEMORY=2048 LAB_VM_CPUS=2 LAB_VM_DISK_BUS=virtio \
+                "LAB_VM_MEMORY=${{LAB_VM_MEMORY:-2048}} LAB_VM_CPUS=${{LAB_VM_CPUS:-1}} LAB_VM_DISK_BUS=${{LAB_VM_DISK_BUS:-virtio}} LAB_VM_ON_REBOOT=destroy \
                  lab_define_vm '{r}' {ns}-vm{i} {} '{}' br0 uefi",
                 mac(i),
                 disk.display()
@@ -257,6 +259,15 @@ impl Lab {
             kubeconfig.display()
         ));
         self.start_metalherd();
+    }
+
+    /// Seconds since the lab's Machines were last declared.
+    pub fn since(&self) -> u64 {
+        self.declared
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .map(|t| t.elapsed().as_secs())
+            .unwrap_or_default()
     }
 
     /// Start (or restart) `metalherd serve` in the rack's namespace.
@@ -390,6 +401,7 @@ impl Lab {
     /// Write the lab's class and one Machine per VM (lib.sh's manifests),
     /// with `env` overriding the class's versions, and apply them.
     pub fn declare(&self, env: &[(&str, &str)]) {
+        *self.declared.lock().unwrap_or_else(|e| e.into_inner()) = Some(Instant::now());
         self.write_manifests(env);
         let r = self.run.display();
         self.cli_ok(&["apply", "-f", &format!("{r}/class.yaml")]);
@@ -461,7 +473,7 @@ impl Lab {
         loop {
             if let Some(p) = self.phase(name) {
                 if seen.last() != Some(&p) {
-                    eprintln!("lab: {name} -> {p}");
+                    eprintln!("lab: {name} -> {p} ({} s since declared)", self.since());
                     seen.push(p.clone());
                 }
                 if p == phase {
@@ -630,6 +642,44 @@ fn merge_yaml(base: &mut serde_yaml::Value, extra: serde_yaml::Value) {
 }
 
 /// MAC of lab VM `i` (1-based).
+/// Where a real node's disk (8 GiB) has its `data` partition: from 6 GiB
+/// to the end, beyond any OS image; `lab-node` preserves it.
+pub const NODE_DATA_START: u64 = 6 << 21;
+
+/// The marker [`data_partition`] writes at the start of `data`.
+pub const NODE_DATA_MARKER: &str = "MHDATA written before the first install";
+
+/// A blank 8 GiB disk whose GPT holds only a `data` partition (from
+/// [`NODE_DATA_START`]) starting with [`NODE_DATA_MARKER`]: the installer
+/// must keep it across installs.
+fn data_partition(disk: &Path) {
+    use std::io::{Seek, SeekFrom, Write};
+    let f = std::fs::File::create(disk).expect("disk");
+    f.set_len(8 << 30).expect("sparse disk");
+    drop(f);
+    let mut sfdisk = Command::new("sfdisk")
+        .args(["-q", "--no-reread"])
+        .arg(disk)
+        .stdin(std::process::Stdio::piped())
+        .spawn()
+        .expect("sfdisk");
+    sfdisk
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(format!("label: gpt\nstart={NODE_DATA_START}, name=\"data\"\n").as_bytes())
+        .expect("sfdisk script");
+    assert!(sfdisk.wait().expect("sfdisk").success(), "sfdisk failed");
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .open(disk)
+        .expect("disk");
+    f.seek(SeekFrom::Start(NODE_DATA_START * 512))
+        .expect("seek");
+    f.write_all(format!("{NODE_DATA_MARKER}\n").as_bytes())
+        .expect("marker");
+}
+
 pub fn mac(i: usize) -> String {
     format!("52:54:00:4d:48:{i:02x}")
 }

@@ -47,9 +47,11 @@ pub fn partition(img: &Path, name: &str) -> Option<Part> {
 /// The first line of the sector at `lba` (lossy UTF-8, up to a newline or
 /// NUL).
 pub fn first_line(img: &Path, lba: u64) -> String {
-    let bytes = std::fs::read(img).expect("read disk image");
-    let from = (lba * 512) as usize;
-    let sector = &bytes[from..from + 512];
+    use std::io::{Read, Seek, SeekFrom};
+    let mut f = std::fs::File::open(img).expect("open disk image");
+    f.seek(SeekFrom::Start(lba * 512)).expect("seek");
+    let mut sector = [0u8; 512];
+    f.read_exact(&mut sector).expect("read a sector");
     let end = sector
         .iter()
         .position(|b| *b == b'\n' || *b == 0)
@@ -62,16 +64,21 @@ pub fn first_line(img: &Path, lba: u64) -> String {
 /// `wipefs` finds on the whole image, and anything `blkid` finds at each of
 /// `starts` (sectors where partitions used to begin). Empty: wiped.
 pub fn leftovers(img: &Path, starts: &[u64]) -> Vec<String> {
-    let bytes = std::fs::read(img).expect("read disk image");
+    use std::io::{Read, Seek, SeekFrom};
+    let mut f = std::fs::File::open(img).expect("open disk image");
+    let mut head = [0u8; 1024];
+    f.read_exact(&mut head).expect("read the first sectors");
+    let mut tail = [0u8; 512];
+    f.seek(SeekFrom::End(-512)).expect("seek");
+    f.read_exact(&mut tail).expect("read the last sector");
     let mut found = Vec::new();
-    if bytes[510..512] == [0x55, 0xaa] {
+    if head[510..512] == [0x55, 0xaa] {
         found.push("MBR boot signature at 510".to_string());
     }
-    if &bytes[512..520] == b"EFI PART" {
+    if &head[512..520] == b"EFI PART" {
         found.push("primary GPT header at LBA 1".to_string());
     }
-    let last = bytes.len() - 512;
-    if &bytes[last..last + 8] == b"EFI PART" {
+    if &tail[..8] == b"EFI PART" {
         found.push("backup GPT header at the last LBA".to_string());
     }
     let out = Command::new("wipefs")
