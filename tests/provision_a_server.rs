@@ -15,8 +15,9 @@
 
 mod common;
 
-use common::lab::{NODE_DATA_MARKER, NODE_DATA_START, boot_steps, mac};
+use common::lab::{boot_steps, mac};
 use common::lab_disk;
+use common::lab_nodes::{NODE_DATA_MARKER, NODE_DATA_START};
 
 /// The steps a provisioning boot must show, in this order.
 pub const INSTALL_STEPS: [&str; 8] = [
@@ -42,7 +43,7 @@ pub fn assert_steps_in_order(steps: &[String], want: &[&str]) {
 
 #[test]
 fn provision_a_server() {
-    let (_lock, lab, seen) = common::lab::ready_nodes(1);
+    let (_lock, lab, seen) = common::lab_nodes::ready_nodes(1);
     for p in ["Provisioning", "Provisioned", "Ready"] {
         assert!(
             seen.iter().any(|s| s == p),

@@ -239,7 +239,16 @@ YAML
     i=$((i + 1))
     class=lab
     case " ${LAB_WIPE_VMS:-} " in *" $i "*) class=lab-wipe ;; esac
-    cat >> "$run/machines.yaml" <<YAML
+    lab_machine "$i" "$uuid" "$class" >> "$run/machines.yaml"
+  done
+}
+
+# lab_machine I UUID [CLASS]: VM I's BMC Secret and Machine (addressed by
+# its Redfish system; LAB_BMC_PORT, default 8000, is the port its BMC
+# address uses), with CLASS as its class, or none.
+lab_machine() {
+  local i=$1 uuid=$2 class=${3:-}
+  cat <<YAML
 ---
 apiVersion: v1
 kind: Secret
@@ -254,9 +263,8 @@ spec:
     address: redfish+http://127.0.0.1:${LAB_BMC_PORT:-8000}/redfish/v1/Systems/$uuid
     credentialsSecretRef: {name: vm$i-bmc}
   network: {address: 10.89.0.$((10 + i))/24, gateway: 10.89.0.1, hostname: vm$i}
-  classRef: {name: $class}
 YAML
-  done
+  [ -z "$class" ] || echo "  classRef: {name: $class}"
 }
 
 # lab_kube_up NS RUN [TOKEN]: a real Kubernetes control plane for the rack,
@@ -416,7 +424,10 @@ lab_node_mirror() {
 # (the Debian node image from the rack's mirror on 10.89.0.1:8081, real
 # kubeadm join with the lab cluster's token and CA hash, a bridge CNI
 # config) and one Machine with its BMC Secret per VM. LAB_NODE_CLASS_EXTRA
-# is appended to the class's spec (indented YAML).
+# is appended to the class's spec (indented YAML). With LAB_NODE_SET=1 the
+# Machines carry no class and the MachineSet `lab-nodes` (one replica per
+# VM, class lab-node, in place one at a time, Node Ready for 30 s as its
+# health gate) claims them.
 lab_node_manifests() {
   local run=$1 hash=$2; shift 2
   local m="$run/mirror" i=0 disk sum
@@ -463,22 +474,24 @@ YAML
   : > "$run/machines.yaml"
   for uuid in "$@"; do
     i=$((i + 1))
+    if [ "${LAB_NODE_SET:-0}" = 1 ]; then lab_machine "$i" "$uuid"
+    else lab_machine "$i" "$uuid" lab-node; fi >> "$run/machines.yaml"
+  done
+  if [ "${LAB_NODE_SET:-0}" = 1 ]; then
     cat >> "$run/machines.yaml" <<YAML
 ---
-apiVersion: v1
-kind: Secret
-metadata: {name: vm$i-bmc, namespace: default}
-stringData: {username: admin, password: "lab-bmc-7Qx2vN9k"}
----
 apiVersion: metalherd.dev/v1alpha1
-kind: Machine
-metadata: {name: vm$i, namespace: default, labels: {rack: lab}}
+kind: MachineSet
+metadata: {name: lab-nodes, namespace: default}
 spec:
-  bmc:
-    address: redfish+http://127.0.0.1:${LAB_BMC_PORT:-8000}/redfish/v1/Systems/$uuid
-    credentialsSecretRef: {name: vm$i-bmc}
-  network: {address: 10.89.0.$((10 + i))/24, gateway: 10.89.0.1, dns: [10.89.0.1], hostname: vm$i}
-  classRef: {name: lab-node}
+  replicas: $i
+  selector: {matchLabels: {rack: lab}}
+  template:
+    classRef: {name: lab-node}
+  updateStrategy:
+    type: InPlace
+    maxUnavailable: 1
+    healthCheck: {nodeReadySeconds: 30}
 YAML
-  done
+  fi
 }

@@ -48,7 +48,7 @@ fn lib() -> PathBuf {
 }
 
 /// Run `. lib.sh; SCRIPT` with bash; returns stdout, panics with stderr.
-fn lab_sh(script: &str) -> String {
+pub(crate) fn lab_sh(script: &str) -> String {
     let out = Command::new("bash")
         .arg("-c")
         .arg(format!(
@@ -76,25 +76,7 @@ pub struct Lab {
     /// kubeadm-made cluster and the `lab-node` class.
     nodes: bool,
     /// When [`Lab::declare`] last applied the manifests.
-    declared: Mutex<Option<Instant>>,
-}
-
-/// How long a real node may take from power-on to Node Ready under
-/// emulation (live boot, install, first boot, kubeadm join).
-pub const NODE_READY_TIMEOUT: Duration = Duration::from_secs(2400);
-
-/// [`one_ready_vm`] with real nodes ([`Lab::up_nodes`]).
-pub fn ready_nodes(n: usize) -> (MutexGuard<'static, ()>, Lab, Vec<String>) {
-    let guard = LAB_LOCK.lock().unwrap_or_else(|e| e.into_inner());
-    let lab = Lab::up_nodes(n);
-    lab.declare(&[]);
-    let mut seen = Vec::new();
-    lab.wait_phase("vm1", "Ready", NODE_READY_TIMEOUT, &mut seen);
-    for i in 2..=n {
-        let mut others = Vec::new();
-        lab.wait_phase(&format!("vm{i}"), "Ready", NODE_READY_TIMEOUT, &mut others);
-    }
-    (guard, lab, seen)
+    pub(crate) declared: Mutex<Option<Instant>>,
 }
 
 impl Lab {
@@ -104,16 +86,7 @@ impl Lab {
         Lab::start(n, false)
     }
 
-    /// A rack of `n` real nodes: VMs with 2 GiB, 2 vCPUs and a blank 8 GiB
-    /// virtio disk, the node image (deploy/node-image/build, cached) and
-    /// kubelet/kubeadm on the rack's mirror (10.89.0.1:8081), the lab's
-    /// kubeadm-made cluster (lib.sh's `lab_kube_up`) as metalherd's target
-    /// cluster, and metalherd. Nothing is declared yet.
-    pub fn up_nodes(n: usize) -> Lab {
-        Lab::start(n, true)
-    }
-
-    fn start(n: usize, nodes: bool) -> Lab {
+    pub(crate) fn start(n: usize, nodes: bool) -> Lab {
         super::require_root();
         for t in [
             "qemu-system-x86_64",
@@ -196,78 +169,6 @@ impl Lab {
         lab_sh(&format!("lab_config '{r}' br0 '{}'", root.display()));
         lab.start_metalherd();
         lab
-    }
-
-    fn start_nodes(&mut self, n: usize, venv: &Path) {
-        let root = super::repo_root();
-        // METALHERD_NODE_IMAGE: an image directory built earlier (its
-        // README); otherwise the build, which returns its cache at once
-        // when the inputs did not change.
-        let image = match std::env::var("METALHERD_NODE_IMAGE") {
-            Ok(dir) => dir,
-            Err(_) => {
-                let build = Command::new(root.join("deploy/node-image/build"))
-                    .output()
-                    .expect("deploy/node-image/build");
-                assert!(
-                    build.status.success(),
-                    "deploy/node-image/build failed:\n{}",
-                    tail(&String::from_utf8_lossy(&build.stderr), 4000)
-                );
-                String::from_utf8_lossy(&build.stdout)
-                    .lines()
-                    .last()
-                    .unwrap_or_default()
-                    .trim()
-                    .to_string()
-            }
-        };
-        assert!(
-            Path::new(&image).join("vmlinuz").exists(),
-            "the node image build printed no output directory: {image:?}"
-        );
-        std::fs::create_dir_all(self.run.join("data")).expect("data dir");
-        let (ns, r) = (self.ns.clone(), self.run.display().to_string());
-        lab_sh(&format!(
-            "lab_netns_up {ns} br0 10.89.0.1/24; lab_libvirt_up {ns} '{r}'"
-        ));
-        for i in 1..=n {
-            let disk = self.run.join(format!("vm{i}.img"));
-            data_partition(&disk);
-            let uuid = lab_sh(&format!(
-                "LAB_VM_MEMORY=${{LAB_VM_MEMORY:-2048}} LAB_VM_CPUS=${{LAB_VM_CPUS:-1}} LAB_VM_DISK_BUS=${{LAB_VM_DISK_BUS:-virtio}} LAB_VM_ON_REBOOT=destroy \
-                 lab_define_vm '{r}' {ns}-vm{i} {} '{}' br0 uefi",
-                mac(i),
-                disk.display()
-            ));
-            self.uuids.push(uuid.trim().to_string());
-        }
-        lab_sh(&format!(
-            "lab_sushy_up {ns} '{r}' 8000 '{}'",
-            venv.display()
-        ));
-        lab_sh(&format!("lab_config '{r}' br0 '{}'", root.display()));
-        let kubeconfig = self.kube_up();
-        super::control_plane::kube_bin("kubelet");
-        let bin = super::control_plane::kube_bin_dir();
-        lab_sh(&format!(
-            "lab_node_mirror '{r}' '{image}' '{}'; lab_mirror_up {ns} '{r}' '{r}/mirror' 8081",
-            bin.display()
-        ));
-        self.merge_config(&format!(
-            "controller: {{kubeconfig: '{}', installDeadlineSeconds: 2400, joinDeadlineSeconds: 1800}}",
-            kubeconfig.display()
-        ));
-        self.start_metalherd();
-    }
-
-    /// Seconds since the lab's Machines were last declared.
-    pub fn since(&self) -> u64 {
-        self.declared
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .map(|t| t.elapsed().as_secs())
-            .unwrap_or_default()
     }
 
     /// Start (or restart) `metalherd serve` in the rack's namespace.
@@ -642,49 +543,11 @@ fn merge_yaml(base: &mut serde_yaml::Value, extra: serde_yaml::Value) {
 }
 
 /// MAC of lab VM `i` (1-based).
-/// Where a real node's disk (8 GiB) has its `data` partition: from 6 GiB
-/// to the end, beyond any OS image; `lab-node` preserves it.
-pub const NODE_DATA_START: u64 = 6 << 21;
-
-/// The marker [`data_partition`] writes at the start of `data`.
-pub const NODE_DATA_MARKER: &str = "MHDATA written before the first install";
-
-/// A blank 8 GiB disk whose GPT holds only a `data` partition (from
-/// [`NODE_DATA_START`]) starting with [`NODE_DATA_MARKER`]: the installer
-/// must keep it across installs.
-fn data_partition(disk: &Path) {
-    use std::io::{Seek, SeekFrom, Write};
-    let f = std::fs::File::create(disk).expect("disk");
-    f.set_len(8 << 30).expect("sparse disk");
-    drop(f);
-    let mut sfdisk = Command::new("sfdisk")
-        .args(["-q", "--no-reread"])
-        .arg(disk)
-        .stdin(std::process::Stdio::piped())
-        .spawn()
-        .expect("sfdisk");
-    sfdisk
-        .stdin
-        .take()
-        .expect("stdin")
-        .write_all(format!("label: gpt\nstart={NODE_DATA_START}, name=\"data\"\n").as_bytes())
-        .expect("sfdisk script");
-    assert!(sfdisk.wait().expect("sfdisk").success(), "sfdisk failed");
-    let mut f = std::fs::OpenOptions::new()
-        .write(true)
-        .open(disk)
-        .expect("disk");
-    f.seek(SeekFrom::Start(NODE_DATA_START * 512))
-        .expect("seek");
-    f.write_all(format!("{NODE_DATA_MARKER}\n").as_bytes())
-        .expect("marker");
-}
-
 pub fn mac(i: usize) -> String {
     format!("52:54:00:4d:48:{i:02x}")
 }
 
-fn tail(s: &str, n: usize) -> &str {
+pub(crate) fn tail(s: &str, n: usize) -> &str {
     let start = s.len().saturating_sub(n);
     let mut i = start;
     while !s.is_char_boundary(i) {

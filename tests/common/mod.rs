@@ -19,6 +19,7 @@ pub mod kubectl;
 pub mod kubectl_diff;
 pub mod lab;
 pub mod lab_disk;
+pub mod lab_nodes;
 pub mod lan;
 pub mod manifests;
 pub mod netns;
