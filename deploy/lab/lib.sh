@@ -122,11 +122,6 @@ SUSHY_EMULATOR_LISTEN_IP = '127.0.0.1'
 SUSHY_EMULATOR_LISTEN_PORT = $port
 SUSHY_EMULATOR_LIBVIRT_URI = 'qemu:///system?socket=$run/libvirt/libvirt-sock'
 SUSHY_EMULATOR_BOOT_LOADER_MAP = {'UEFI': {'x86_64': '/usr/share/OVMF/OVMF_CODE_4M.fd'}, 'Legacy': {'x86_64': None}}
-# Variable stores that match the 4 MiB firmware above (sushy's defaults are
-# the 2 MiB build's 128 KiB stores: with them OVMF hangs when it writes a
-# variable, e.g. a new boot option for a disk written since the last boot).
-SUSHY_EMULATOR_SECURE_BOOT_ENABLED_NVRAM = '/usr/share/OVMF/OVMF_VARS_4M.ms.fd'
-SUSHY_EMULATOR_SECURE_BOOT_DISABLED_NVRAM = '/usr/share/OVMF/OVMF_VARS_4M.fd'
 CONF
   ip netns exec "$ns" "$venv/bin/sushy-emulator" --config "$run/sushy.conf" > "$run/sushy.log" 2>&1 &
   echo $! > "$run/sushy.pid"
