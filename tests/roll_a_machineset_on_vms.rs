@@ -28,9 +28,15 @@
 //!   reinstalled with revision 2 (`RolledBack`, its endpoint answering 200
 //!   again), revision 3 is marked bad, and the other two VMs were never
 //!   touched (no boot, no install, the same ROOT).
+//!
+//! The same roll on real nodes, a kubelet upgrade whose gate waits for the
+//! Node Ready in the lab's kubeadm-made cluster, is the second test here,
+//! on a rack of its own (real_nodes.rs).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod common;
+#[path = "roll_a_machineset_on_vms/real_nodes.rs"]
+mod real_nodes;
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -292,14 +298,12 @@ fn apply(lab: &Lab, name: &str, doc: &Value) {
 
 /// `metalherd rollout status machineset workers`: (success, stdout, stderr).
 fn rollout_status(lab: &Lab, timeout: &str) -> (bool, String, String) {
-    let args = [
-        "rollout",
-        "status",
-        "machineset",
-        "workers",
-        "--timeout",
-        timeout,
-    ];
+    rollout_status_of(lab, "workers", timeout)
+}
+
+/// `metalherd rollout status machineset SET`: (success, stdout, stderr).
+fn rollout_status_of(lab: &Lab, set: &str, timeout: &str) -> (bool, String, String) {
+    let args = ["rollout", "status", "machineset", set, "--timeout", timeout];
     let o = lab.cli(&args);
     let out = String::from_utf8_lossy(&o.stdout).into_owned();
     let err = String::from_utf8_lossy(&o.stderr).into_owned();

@@ -240,7 +240,8 @@ YAML
 
 # lab_machine I UUID [CLASS]: VM I's BMC Secret and Machine (addressed by
 # its Redfish system; LAB_BMC_PORT, default 8000, is the port its BMC
-# address uses), with CLASS as its class, or none.
+# address uses), with CLASS as its class, or none, and LAB_HINTS (a YAML
+# flow map, e.g. "{serialNumber: S}") as its rootDeviceHints when set.
 lab_machine() {
   local i=$1 uuid=$2 class=${3:-}
   cat <<YAML
@@ -260,6 +261,7 @@ spec:
   network: {address: 10.89.0.$((10 + i))/24, gateway: 10.89.0.1, hostname: vm$i}
 YAML
   [ -z "$class" ] || echo "  classRef: {name: $class}"
+  [ -z "${LAB_HINTS:-}" ] || echo "  rootDeviceHints: $LAB_HINTS"
 }
 
 # lab_kube_up NS RUN [TOKEN]: a real Kubernetes control plane for the rack,
@@ -404,30 +406,43 @@ lab_mirror_up() {
   lab_log "the mirror did not start; see $run/mirror.log"; return 1
 }
 
-# lab_node_mirror RUN IMAGE_DIR KUBE_BIN: fill RUN/mirror with the node
-# image (deploy/node-image/build's output) and kubelet/kubeadm.
+# lab_node_mirror RUN IMAGE_DIR KUBE_BIN [PREV_BIN]: fill RUN/mirror with
+# the node image (deploy/node-image/build's output) and kubelet/kubeadm of
+# KUBE_BIN (the control plane's release), and of PREV_BIN when given.
 lab_node_mirror() {
-  local run=$1 img=$2 bin=$3 f
+  local run=$1 img=$2 bin=$3 prev=${4:-} f v
   mkdir -p "$run/mirror"
   for f in vmlinuz initrd.img rootfs.img; do ln -sf "$img/$f" "$run/mirror/$f"; done
   if [ -f "$img/node.raw.zst" ]; then ln -sf "$img/node.raw.zst" "$run/mirror/node.raw.zst"
   else ln -sf "$img/node.raw.xz" "$run/mirror/node.raw.xz"; fi
   for f in kubelet kubeadm; do ln -sf "$bin/$f" "$run/mirror/$f"; done
+  # The release before (scripts/kubernetes-build-previous), by version:
+  # kubelet-vX.Y.Z, kubeadm-vX.Y.Z; a class at that version names them.
+  if [ -n "$prev" ]; then
+    v=$("$prev/kubeadm" version -o short) || { echo "lab: $prev/kubeadm does not run" >&2; return 1; }
+    for f in kubelet kubeadm; do ln -sf "$prev/$f" "$run/mirror/$f-$v"; done
+  fi
 }
 
 # lab_node_manifests RUN CA_HASH UUID...: the real-node class `lab-node`
 # (the Debian node image from the rack's mirror on 10.89.0.1:8081, real
 # kubeadm join with the lab cluster's token and CA hash, a bridge CNI
 # config) and one Machine with its BMC Secret per VM. LAB_NODE_CLASS_EXTRA
-# is appended to the class's spec (indented YAML). With LAB_NODE_SET=1 the
-# Machines carry no class and the MachineSet `lab-nodes` (one replica per
-# VM, class lab-node, in place one at a time, Node Ready for 30 s as its
-# health gate) claims them.
+# is appended to the class's spec (indented YAML). LAB_NODE_KUBE_VERSION
+# (default v1.34.4) is the class's Kubernetes version; the mirror's
+# kubelet-VERSION and kubeadm-VERSION (lab_node_mirror's PREV) serve it when
+# present. With LAB_NODE_SET=1 the Machines carry no class and the
+# MachineSet `lab-nodes` (one replica per VM, class lab-node, in place one at
+# a time; its health gate: the Node Ready for 30 s and kubelet's /healthz,
+# which the lab's KubeletConfiguration serves on the node's address,
+# answering 200) claims them.
 lab_node_manifests() {
   local run=$1 hash=$2; shift 2
   local m="$run/mirror" i=0 disk sum
+  local kv=${LAB_NODE_KUBE_VERSION:-v1.34.4} kubelet=kubelet kubeadm=kubeadm
   sum() { sha256sum "$(readlink -f "$m/$1")" | cut -d' ' -f1; }
   disk=node.raw.xz; [ -e "$m/node.raw.zst" ] && disk=node.raw.zst
+  if [ -e "$m/kubelet-$kv" ]; then kubelet=kubelet-$kv; kubeadm=kubeadm-$kv; fi
   cat > "$run/class.yaml" <<YAML
 apiVersion: v1
 kind: Secret
@@ -446,9 +461,9 @@ spec:
     rootfs: {url: "http://10.89.0.1:8081/rootfs.img", sha256: "$(sum rootfs.img)"}
     install: {url: "http://10.89.0.1:8081/$disk", sha256: "$(sum "$disk")"}
   kubernetes:
-    version: ${LAB_NODE_KUBE_VERSION:-v1.34.4}
-    kubelet: {url: "http://10.89.0.1:8081/kubelet", sha256: "$(sum kubelet)"}
-    kubeadm: {url: "http://10.89.0.1:8081/kubeadm", sha256: "$(sum kubeadm)"}
+    version: $kv
+    kubelet: {url: "http://10.89.0.1:8081/$kubelet", sha256: "$(sum "$kubelet")"}
+    kubeadm: {url: "http://10.89.0.1:8081/$kubeadm", sha256: "$(sum "$kubeadm")"}
   containerRuntime: {name: containerd, version: "1.6.20"}
   join:
     apiServerEndpoint: "10.89.0.1:6443"
@@ -486,7 +501,9 @@ spec:
   updateStrategy:
     type: InPlace
     maxUnavailable: 1
-    healthCheck: {nodeReadySeconds: 30}
+    healthCheck:
+      nodeReadySeconds: 30
+      httpProbe: {url: "http://{{address}}:10248/healthz", expectedStatus: 200}
 YAML
   fi
 }

@@ -94,6 +94,23 @@ fn i(v: &Value, p: &str) -> i64 {
     v.pointer(p).and_then(Value::as_i64).unwrap_or(0)
 }
 
+/// ` (PoolShort: why)` when the set's pool is short, else nothing.
+fn short_reason(set: &Value) -> String {
+    set["status"]["conditions"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|c| c["type"] == "PoolSufficient" && c["status"] == "False")
+        .map(|c| {
+            format!(
+                " ({}: {})",
+                c["reason"].as_str().unwrap_or_default(),
+                c["message"].as_str().unwrap_or_default()
+            )
+        })
+        .unwrap_or_default()
+}
+
 fn names(batch: &Value) -> String {
     let n: Vec<&str> = batch["machines"]
         .as_array()
@@ -180,7 +197,21 @@ impl Tracker {
         let update = i(st, "/updateRevision");
         let failure = st["lastFailure"]["message"].as_str().unwrap_or_default();
         let state: Option<RolloutState> = serde_json::from_value(st["rolloutState"].clone()).ok();
+        let (updated, wanted) = (i(st, "/updatedReplicas"), i(set, "/spec/replicas"));
         match state {
+            // As `kubectl rollout status` does for a Deployment: not done
+            // while fewer machines than the set wants carry the revision
+            // (a set whose pool is still registering claims nothing yet).
+            Some(RolloutState::Complete) if updated < wanted => {
+                self.note(
+                    format!(
+                        "Waiting for machines: {updated} of {wanted} on revision {update}{}",
+                        short_reason(set)
+                    ),
+                    out,
+                );
+                Verdict::Waiting
+            }
             Some(RolloutState::Complete) => Verdict::Complete(format!(
                 "machineset \"{}\" successfully rolled out: revision {update} on {} machines",
                 self.name,
@@ -442,6 +473,27 @@ mod tests {
                 "machineset \"w\" successfully rolled out: revision 2 on 4 machines".into()
             )
         );
+    }
+
+    #[test]
+    fn complete_with_fewer_machines_than_wanted_is_waited_for() {
+        let mut t = Tracker::new("w");
+        let mut out = Vec::new();
+        // A new set whose pool is still registering: nothing claimed, no
+        // batch to run, and yet not rolled out.
+        let short = json!({"rolloutState": "Complete", "updateRevision": 1, "updatedReplicas": 0,
+            "conditions": [{"type": "PoolSufficient", "status": "False", "reason": "PoolShort",
+                            "message": "wanted 4, claimable 0"}]});
+        assert_eq!(t.set(&set(1, 1, short), None, &mut out), Verdict::Waiting);
+        assert_eq!(
+            out.last().map(String::as_str),
+            Some("Waiting for machines: 0 of 4 on revision 1 (PoolShort: wanted 4, claimable 0)")
+        );
+        let done = json!({"rolloutState": "Complete", "updateRevision": 1, "updatedReplicas": 4});
+        assert!(matches!(
+            t.set(&set(1, 1, done), None, &mut out),
+            Verdict::Complete(_)
+        ));
     }
 
     #[test]

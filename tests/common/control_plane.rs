@@ -55,6 +55,29 @@ pub fn kube_bin_dir() -> PathBuf {
     .clone()
 }
 
+/// The release before [`KUBE_VERSION`] whose kubelet and kubeadm
+/// `scripts/kubernetes-build-previous` builds (the lab rolls nodes from it).
+pub const PREVIOUS_KUBE_VERSION: &str = "v1.34.3";
+
+/// Where kubelet and kubeadm of [`PREVIOUS_KUBE_VERSION`] are: what
+/// `scripts/kubernetes-build-previous` prints (it builds them when missing,
+/// loudly; setup builds them first).
+pub fn previous_kube_bin_dir() -> PathBuf {
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    DIR.get_or_init(|| {
+        let out = Command::new(repo_root().join("scripts/kubernetes-build-previous"))
+            .output()
+            .expect("run scripts/kubernetes-build-previous");
+        let (stdout, stderr) = text(&out);
+        assert!(
+            out.status.success(),
+            "scripts/kubernetes-build-previous failed:\n{stderr}"
+        );
+        PathBuf::from(stdout.lines().last().unwrap_or_default().trim())
+    })
+    .clone()
+}
+
 /// The path of one built binary (`kube-apiserver`, `etcd`, `kubectl`, ...).
 pub fn kube_bin(name: &str) -> PathBuf {
     let p = kube_bin_dir().join(name);

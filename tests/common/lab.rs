@@ -7,7 +7,7 @@
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::{Mutex, MutexGuard};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
@@ -15,33 +15,6 @@ use serde_json::Value;
 use super::proc::{ChildGuard, wait_for};
 
 pub static LAB_LOCK: Mutex<()> = Mutex::new(());
-
-/// How the lab stories start: take [`LAB_LOCK`], bring up one VM, declare
-/// its Machine and wait until it is Ready. Returns the guard (hold it for
-/// the whole test), the lab and the phases seen on the way.
-pub fn one_ready_vm() -> (MutexGuard<'static, ()>, Lab, Vec<String>) {
-    ready_vms(1, &[])
-}
-
-/// [`one_ready_vm`] with `n` VMs, declared with `env` (see
-/// [`Lab::declare`]), all waited for until Ready; the phases seen are vm1's.
-pub fn ready_vms(n: usize, env: &[(&str, &str)]) -> (MutexGuard<'static, ()>, Lab, Vec<String>) {
-    let guard = LAB_LOCK.lock().unwrap_or_else(|e| e.into_inner());
-    let lab = Lab::up(n);
-    lab.declare(env);
-    let mut seen = Vec::new();
-    lab.wait_phase("vm1", "Ready", Duration::from_secs(900), &mut seen);
-    for i in 2..=n {
-        let mut others = Vec::new();
-        lab.wait_phase(
-            &format!("vm{i}"),
-            "Ready",
-            Duration::from_secs(900),
-            &mut others,
-        );
-    }
-    (guard, lab, seen)
-}
 
 fn lib() -> PathBuf {
     super::repo_root().join("deploy/lab/lib.sh")
@@ -83,10 +56,12 @@ impl Lab {
     /// Start a rack with `n` VMs (powered off), the Redfish emulator and
     /// metalherd; nothing is declared yet.
     pub fn up(n: usize) -> Lab {
-        Lab::start(n, false)
+        Lab::start(n, None)
     }
 
-    pub(crate) fn start(n: usize, nodes: bool) -> Lab {
+    /// `nodes`: real nodes ([`Lab::start_nodes`]) with these disks, else
+    /// the test OS.
+    pub(crate) fn start(n: usize, nodes: Option<super::lab_nodes::NodeDisks>) -> Lab {
         super::require_root();
         for t in [
             "qemu-system-x86_64",
@@ -117,12 +92,12 @@ impl Lab {
             uuids: Vec::new(),
             serve: None,
             serve_logs: 0,
-            nodes,
+            nodes: nodes.is_some(),
             declared: Mutex::new(None),
         };
         let root = super::repo_root();
-        if nodes {
-            lab.start_nodes(n, &venv);
+        if let Some(disks) = nodes {
+            lab.start_nodes(n, &venv, disks);
             return lab;
         }
         let kernel = Command::new(root.join("deploy/lab/build-initramfs"))

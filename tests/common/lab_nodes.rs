@@ -5,40 +5,31 @@
 
 use std::path::Path;
 use std::process::Command;
-use std::sync::MutexGuard;
 use std::time::Duration;
 
-use super::lab::{LAB_LOCK, Lab, lab_sh, mac, tail};
+use super::lab::{Lab, lab_sh, mac, tail};
 
 /// How long a real node may take from power-on to Node Ready under
 /// emulation (live boot, install, first boot, kubeadm join).
 pub const NODE_READY_TIMEOUT: Duration = Duration::from_secs(2400);
 
-/// [`one_ready_vm`] with real nodes ([`Lab::up_nodes`]).
-pub fn ready_nodes(n: usize) -> (MutexGuard<'static, ()>, Lab, Vec<String>) {
-    let guard = LAB_LOCK.lock().unwrap_or_else(|e| e.into_inner());
-    let lab = Lab::up_nodes(n);
-    lab.declare(&[]);
-    let mut seen = Vec::new();
-    lab.wait_phase("vm1", "Ready", NODE_READY_TIMEOUT, &mut seen);
-    for i in 2..=n {
-        let mut others = Vec::new();
-        lab.wait_phase(&format!("vm{i}"), "Ready", NODE_READY_TIMEOUT, &mut others);
-    }
-    (guard, lab, seen)
-}
-
 impl Lab {
-    /// A rack of `n` real nodes: VMs with 2 GiB, 2 vCPUs and a blank 8 GiB
+    /// A rack of `n` real nodes: VMs with 2 GiB, 1 vCPU and a blank 8 GiB
     /// virtio disk, the node image (deploy/node-image/build, cached) and
     /// kubelet/kubeadm on the rack's mirror (10.89.0.1:8081), the lab's
     /// kubeadm-made cluster (lib.sh's `lab_kube_up`) as metalherd's target
     /// cluster, and metalherd. Nothing is declared yet.
     pub fn up_nodes(n: usize) -> Lab {
-        Lab::start(n, true)
+        Lab::start(n, Some(NodeDisks::One))
     }
 
-    pub(crate) fn start_nodes(&mut self, n: usize, venv: &Path) {
+    /// [`Lab::up_nodes`] whose VMs also have a smaller second disk, the
+    /// one an install without hints would pick ([`DECOY_SERIAL`]).
+    pub fn up_nodes_with_decoy(n: usize) -> Lab {
+        Lab::start(n, Some(NodeDisks::WithDecoy))
+    }
+
+    pub(crate) fn start_nodes(&mut self, n: usize, venv: &Path, disks: NodeDisks) {
         let root = super::repo_root();
         // METALHERD_NODE_IMAGE: an image directory built earlier (its
         // README); otherwise the build, which returns its cache at once
@@ -74,8 +65,18 @@ impl Lab {
         for i in 1..=n {
             let disk = self.run.join(format!("vm{i}.img"));
             data_partition(&disk);
+            let mut second = String::new();
+            if disks == NodeDisks::WithDecoy {
+                let decoy = self.decoy(i);
+                decoy_disk(&decoy);
+                second = format!(
+                    "LAB_VM_DISK2='{}' LAB_VM_DISK2_SERIAL={DECOY_SERIAL}",
+                    decoy.display()
+                );
+            }
             let uuid = lab_sh(&format!(
-                "LAB_VM_MEMORY=${{LAB_VM_MEMORY:-2048}} LAB_VM_CPUS=${{LAB_VM_CPUS:-1}} LAB_VM_DISK_BUS=${{LAB_VM_DISK_BUS:-virtio}} LAB_VM_ON_REBOOT=destroy \
+                "LAB_VM_MEMORY=${{LAB_VM_MEMORY:-2048}} LAB_VM_CPUS=${{LAB_VM_CPUS:-1}} LAB_VM_DISK_BUS=virtio LAB_VM_ON_REBOOT=destroy \
+                 LAB_VM_DISK_SERIAL={ROOT_SERIAL} {second} \
                  lab_define_vm '{r}' {ns}-vm{i} {} '{}' br0 uefi",
                 mac(i),
                 disk.display()
@@ -90,15 +91,22 @@ impl Lab {
         let kubeconfig = self.kube_up();
         super::control_plane::kube_bin("kubelet");
         let bin = super::control_plane::kube_bin_dir();
+        let prev = super::control_plane::previous_kube_bin_dir();
         lab_sh(&format!(
-            "lab_node_mirror '{r}' '{image}' '{}'; lab_mirror_up {ns} '{r}' '{r}/mirror' 8081",
-            bin.display()
+            "lab_node_mirror '{r}' '{image}' '{}' '{}'; lab_mirror_up {ns} '{r}' '{r}/mirror' 8081",
+            bin.display(),
+            prev.display()
         ));
         self.merge_config(&format!(
             "controller: {{kubeconfig: '{}', installDeadlineSeconds: 2400, joinDeadlineSeconds: 1800}}",
             kubeconfig.display()
         ));
         self.start_metalherd();
+    }
+
+    /// VM `i`'s decoy disk ([`Lab::up_nodes_with_decoy`]).
+    pub fn decoy(&self, i: usize) -> std::path::PathBuf {
+        self.run.join(format!("vm{i}-decoy.img"))
     }
 
     /// Seconds since the lab's Machines were last declared.
@@ -109,6 +117,36 @@ impl Lab {
             .map(|t| t.elapsed().as_secs())
             .unwrap_or_default()
     }
+}
+
+/// The disks of a real node's VM.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum NodeDisks {
+    /// One 8 GiB disk, `/dev/vda`, serial [`ROOT_SERIAL`].
+    One,
+    /// And a 4 GiB `/dev/vdb`, serial [`DECOY_SERIAL`], holding a GPT
+    /// with one partition `decoy` that starts with [`DECOY_MARKER`]:
+    /// smaller, so the installer's default (the smallest disk) would pick
+    /// it; only hints lead to `/dev/vda`.
+    WithDecoy,
+}
+
+/// The serial number of every node VM's 8 GiB disk (`/dev/vda`).
+pub const ROOT_SERIAL: &str = "node-root-8g";
+
+/// The serial number of the decoy disk ([`NodeDisks::WithDecoy`]).
+pub const DECOY_SERIAL: &str = "decoy-4g";
+
+/// The marker at the start of the decoy disk's partition.
+pub const DECOY_MARKER: &str = "MHDECOY no install or wipe may touch this disk";
+
+/// Where the decoy's partition starts (1 MiB).
+pub const DECOY_START: u64 = 2048;
+
+/// A blank 4 GiB disk whose GPT holds one partition `decoy` starting with
+/// [`DECOY_MARKER`].
+fn decoy_disk(disk: &Path) {
+    partitioned(disk, 4 << 30, DECOY_START, "decoy", DECOY_MARKER);
 }
 
 /// Where a real node's disk (8 GiB) has its `data` partition: from 6 GiB
@@ -122,9 +160,15 @@ pub const NODE_DATA_MARKER: &str = "MHDATA written before the first install";
 /// [`NODE_DATA_START`]) starting with [`NODE_DATA_MARKER`]: the installer
 /// must keep it across installs.
 fn data_partition(disk: &Path) {
+    partitioned(disk, 8 << 30, NODE_DATA_START, "data", NODE_DATA_MARKER);
+}
+
+/// A sparse disk image of `size` bytes with a GPT holding one partition
+/// `name` from sector `start` to the end, `marker` at its start.
+fn partitioned(disk: &Path, size: u64, start: u64, name: &str, marker: &str) {
     use std::io::{Seek, SeekFrom, Write};
     let f = std::fs::File::create(disk).expect("disk");
-    f.set_len(8 << 30).expect("sparse disk");
+    f.set_len(size).expect("sparse disk");
     drop(f);
     let mut sfdisk = Command::new("sfdisk")
         .args(["-q", "--no-reread"])
@@ -136,15 +180,14 @@ fn data_partition(disk: &Path) {
         .stdin
         .take()
         .expect("stdin")
-        .write_all(format!("label: gpt\nstart={NODE_DATA_START}, name=\"data\"\n").as_bytes())
+        .write_all(format!("label: gpt\nstart={start}, name=\"{name}\"\n").as_bytes())
         .expect("sfdisk script");
     assert!(sfdisk.wait().expect("sfdisk").success(), "sfdisk failed");
     let mut f = std::fs::OpenOptions::new()
         .write(true)
         .open(disk)
         .expect("disk");
-    f.seek(SeekFrom::Start(NODE_DATA_START * 512))
-        .expect("seek");
-    f.write_all(format!("{NODE_DATA_MARKER}\n").as_bytes())
+    f.seek(SeekFrom::Start(start * 512)).expect("seek");
+    f.write_all(format!("{marker}\n").as_bytes())
         .expect("marker");
 }

@@ -11,13 +11,10 @@
 //! marks the Machine Ready only once the Node is Ready there. At its end
 //! neither the join token nor the BMC password appears in metalherd's log,
 //! metrics, Events or the Machine's status.
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod common;
-
-use common::lab::{boot_steps, mac};
-use common::lab_disk;
-use common::lab_nodes::{NODE_DATA_MARKER, NODE_DATA_START};
+use crate::common::lab::{Lab, boot_steps, mac};
+use crate::common::lab_disk;
+use crate::common::lab_nodes::{NODE_DATA_MARKER, NODE_DATA_START};
 
 /// The steps a provisioning boot must show, in this order.
 pub const INSTALL_STEPS: [&str; 8] = [
@@ -41,9 +38,8 @@ pub fn assert_steps_in_order(steps: &[String], want: &[&str]) {
     }
 }
 
-#[test]
-fn provision_a_server() {
-    let (_lock, lab, seen) = common::lab_nodes::ready_nodes(1);
+/// `seen`: the phases the Machine went through to its first Ready.
+pub fn provision_a_server(lab: &Lab, seen: &[String]) {
     for p in ["Provisioning", "Provisioned", "Ready"] {
         assert!(
             seen.iter().any(|s| s == p),
@@ -97,6 +93,12 @@ fn provision_a_server() {
         "no root partition written: {:?}",
         lab_disk::partitions(&img)
     );
+
+    // The serial number led the installer to /dev/vda, not the smaller
+    // decoy.
+    crate::hints::assert_hints(lab, "serialNumber", serde_json::json!("node-root-8g"));
+    crate::hints::assert_installed_to_vda(lab, 1);
+    crate::hints::assert_decoy_untouched(lab);
 
     // The Node: Ready, the class's labels and taint, the image's
     // containerd and the class's kubelet.

@@ -8,16 +8,13 @@
 //! rewrites the OS and keeps the `data` partition the class preserves, and
 //! the server rejoins under the same Node name with a new boot, Ready
 //! before the Machine is.
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
-
-mod common;
 
 use std::time::Duration;
 
-use common::lab::boot_steps;
-use common::lab_disk;
-use common::lab_nodes::{NODE_DATA_MARKER, NODE_DATA_START, NODE_READY_TIMEOUT};
-use common::proc::wait_for;
+use crate::common::lab::{Lab, boot_steps};
+use crate::common::lab_disk;
+use crate::common::lab_nodes::{NODE_DATA_MARKER, NODE_DATA_START, NODE_READY_TIMEOUT};
+use crate::common::proc::wait_for;
 use serde_json::Value;
 
 const WORKLOAD: &str = r#"apiVersion: v1
@@ -41,7 +38,7 @@ spec:
 
 /// Evictions of the Pod `pinned` in the cluster's audit log, as their
 /// response codes.
-fn evictions(lab: &common::lab::Lab) -> Vec<u64> {
+fn evictions(lab: &Lab) -> Vec<u64> {
     std::fs::read_to_string(lab.run.join("kube/audit.log"))
         .unwrap_or_default()
         .lines()
@@ -55,7 +52,7 @@ fn evictions(lab: &common::lab::Lab) -> Vec<u64> {
         .collect()
 }
 
-fn node(lab: &common::lab::Lab) -> Value {
+fn node(lab: &Lab) -> Value {
     let (ok, out, err) = lab.kubectl(&["get", "node", "vm1", "-o", "json"]);
     assert!(ok, "kubectl get node vm1: {err}");
     serde_json::from_str(&out).unwrap()
@@ -68,9 +65,7 @@ fn node_ready(n: &Value) -> bool {
     })
 }
 
-#[test]
-fn reimage_in_place() {
-    let (_lock, lab, _) = common::lab_nodes::ready_nodes(1);
+pub fn reimage_in_place(lab: &Lab) {
     let before = lab.machine("vm1").unwrap();
     let rev1 = before["status"]["provisionedRevision"]
         .as_str()
@@ -82,7 +77,7 @@ fn reimage_in_place() {
         .iter()
         .filter(|s| *s == "Installed")
         .count();
-    let node_boot1 = node(&lab)["status"]["nodeInfo"]["bootID"]
+    let node_boot1 = node(lab)["status"]["nodeInfo"]["bootID"]
         .as_str()
         .unwrap()
         .to_string();
@@ -101,21 +96,30 @@ fn reimage_in_place() {
     assert!(running.is_some(), "the Pod never ran on vm1:\n{pod}");
     eprintln!("lab: Pod pinned runs on vm1 ({} s)", lab.since());
 
-    // A new image version in the class: a new desired revision.
-    lab.declare(&[("LAB_NODE_IMAGE_VERSION", "12.1")]);
+    // The reinstall finds the disk by its size: the Machine's hints move
+    // first (nothing happens), then a new image version in the class: a
+    // new desired revision.
+    let env = [
+        ("LAB_NODE_IMAGE_VERSION", "12.1"),
+        crate::WIPE,
+        crate::hints::BY_SIZE,
+    ];
+    crate::hints::apply_hints(lab, &env);
+    crate::hints::assert_hints(lab, "minSizeGigabytes", serde_json::json!(6));
+    lab.declare(&env);
     let mut seen = Vec::new();
     lab.wait_phase("vm1", "Reimaging", Duration::from_secs(300), &mut seen);
 
     // The drain asks to evict the Pod and the budget refuses (429)…
     let refused = wait_for(Duration::from_secs(300), || {
-        evictions(&lab).contains(&429).then_some(())
+        evictions(lab).contains(&429).then_some(())
     });
     assert!(
         refused.is_some(),
         "no eviction refused by the budget: {:?}",
-        evictions(&lab)
+        evictions(lab)
     );
-    let n = node(&lab);
+    let n = node(lab);
     assert_eq!(n["spec"]["unschedulable"], true, "vm1 not cordoned: {n}");
     // …and the server is not touched while the Pod is there: the same
     // boot of the node, its kubelet still Ready.
@@ -134,9 +138,9 @@ fn reimage_in_place() {
     });
     assert!(gone.is_some(), "the Pod was not evicted");
     assert!(
-        evictions(&lab).iter().any(|c| *c < 300),
+        evictions(lab).iter().any(|c| *c < 300),
         "{:?}",
-        evictions(&lab)
+        evictions(lab)
     );
     eprintln!("lab: Pod pinned evicted ({} s)", lab.since());
 
@@ -170,7 +174,7 @@ fn reimage_in_place() {
     );
 
     // The Node: same name, Ready, schedulable again, a new boot.
-    let n = node(&lab);
+    let n = node(lab);
     assert!(node_ready(&n), "{n}");
     assert_ne!(n["spec"]["unschedulable"], true, "still cordoned: {n}");
     assert_ne!(
@@ -178,6 +182,9 @@ fn reimage_in_place() {
         Some(node_boot1.as_str()),
         "the Node did not come back from a new boot: {n}"
     );
+
+    crate::hints::assert_installed_to_vda(lab, 2);
+    crate::hints::assert_decoy_untouched(lab);
 
     // The preserved partition kept what was there before both installs.
     let img = lab.disk(1);

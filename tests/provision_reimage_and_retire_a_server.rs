@@ -1,0 +1,70 @@
+//! Stories: provision a server, reimage it in place, retire it, on a real
+//! node of the virtual rack (tests/common/lab_nodes.rs: a UEFI QEMU VM, its
+//! Redfish BMC from sushy-tools' libvirt driver, the Debian node image
+//! deploy/node-image/ builds, the lab's kubeadm-made cluster). A real node
+//! costs minutes of software emulation per install, so one server lives
+//! through the three stories, in order, in one test:
+//!
+//! - `provision_a_server` (provision.rs): declared with its BMC, network
+//!   and class, the server is installed by real Ignition and
+//!   coreos-installer and joins the cluster; the Machine is Ready only once
+//!   its Node is.
+//! - `reimage_in_place` (reimage.rs): a class change drains the Node
+//!   through the eviction API (a budget refuses first), reinstalls the same
+//!   server keeping its `data` partition, and the Node rejoins.
+//! - `retire_a_server` (retire.rs): deleting the Machine drains and deletes
+//!   the Node, network-boots the live system where `metalherd-wipe.sh`
+//!   clears the disk (the class wipes on deprovision), powers the server
+//!   off, releases its address, and the Machine is gone.
+//! - `select_a_disk_by_hints` (hints.rs): the VM has a second, smaller
+//!   disk, which the installer's default (the smallest disk) would pick;
+//!   each step names `/dev/vda` another way (serial number for the install,
+//!   minimum size for the reinstall, device name for the wipe), and the
+//!   decoy disk ends as it began.
+//!
+//! The simulated-rack walk of the same life is
+//! src/controller/machine/tests/walk.rs.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod common;
+#[path = "provision_reimage_and_retire_a_server/hints.rs"]
+mod hints;
+#[path = "provision_reimage_and_retire_a_server/provision.rs"]
+mod provision;
+#[path = "provision_reimage_and_retire_a_server/reimage.rs"]
+mod reimage;
+#[path = "provision_reimage_and_retire_a_server/retire.rs"]
+mod retire;
+
+use std::time::Instant;
+
+use common::lab::{LAB_LOCK, Lab};
+use common::lab_nodes::NODE_READY_TIMEOUT;
+
+/// The class `lab-node` as every story declares it: it wipes the disk when
+/// the server is retired (the wipe clears everything; a reimage keeps the
+/// `data` partition).
+pub const WIPE: (&str, &str) = ("LAB_NODE_CLASS_EXTRA", "  wipeOnDeprovision: true");
+
+#[test]
+fn provision_reimage_and_retire_a_server() {
+    let _guard = LAB_LOCK.lock().unwrap_or_else(|e| e.into_inner());
+    let t = Instant::now();
+    let lab = Lab::up_nodes_with_decoy(1);
+    lab.declare(&[WIPE, hints::BY_SERIAL]);
+    let mut seen = Vec::new();
+    lab.wait_phase("vm1", "Ready", NODE_READY_TIMEOUT, &mut seen);
+    eprintln!("lab: vm1 Ready after {:?}", t.elapsed());
+
+    let s = Instant::now();
+    provision::provision_a_server(&lab, &seen);
+    eprintln!("lab: provision_a_server checked in {:?}", s.elapsed());
+    let s = Instant::now();
+    reimage::reimage_in_place(&lab);
+    eprintln!("lab: reimage_in_place took {:?}", s.elapsed());
+    let s = Instant::now();
+    retire::retire_a_server(&lab);
+    eprintln!("lab: retire_a_server took {:?}", s.elapsed());
+    hints::select_a_disk_by_hints(&lab);
+    eprintln!("lab: three stories on one server took {:?}", t.elapsed());
+}
