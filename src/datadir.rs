@@ -38,6 +38,9 @@ pub fn prepare_data_dir(dir: &Path) -> anyhow::Result<()> {
     tighten(dir).map_err(|e| {
         anyhow::anyhow!("cannot make data directory {} private: {e}", dir.display())
     })?;
+    // Temporary files of writes a crash interrupted (the files themselves
+    // are whole: crate::private_file).
+    crate::private_file::remove_stale(dir).map_err(unwritable)?;
     let probe = dir.join(".write-test");
     std::fs::write(&probe, b"").map_err(unwritable)?;
     let _ = std::fs::remove_file(&probe);
@@ -72,8 +75,7 @@ fn tighten(dir: &Path) -> std::io::Result<()> {
 
 /// Read the API token, or create a random one (mode 0600) on first start.
 pub fn load_or_create_token(dir: &Path) -> anyhow::Result<String> {
-    use std::io::Write;
-    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+    use std::os::unix::fs::PermissionsExt;
     let path = dir.join(TOKEN_FILE);
     match std::fs::read_to_string(&path) {
         Ok(t) if !t.trim().is_empty() => {
@@ -90,15 +92,12 @@ pub fn load_or_create_token(dir: &Path) -> anyhow::Result<String> {
     let mut bytes = [0u8; 32];
     rand::Rng::fill(&mut rand::rng(), &mut bytes);
     let token = hex::encode(bytes);
-    let mut f = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(&path)
-        .with_context(|| format!("cannot create API token {}", path.display()))?;
-    f.write_all(format!("{token}\n").as_bytes())
-        .with_context(|| format!("cannot write API token {}", path.display()))?;
-    Ok(token)
+    match crate::private_file::create_new(&path, format!("{token}\n").as_bytes()) {
+        Ok(()) => Ok(token),
+        // Another process created it first: theirs is the token.
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => load_or_create_token(dir),
+        Err(e) => Err(e).with_context(|| format!("cannot create API token {}", path.display())),
+    }
 }
 
 /// Write the URL clients use to reach us (loopback for wildcard binds;
@@ -113,7 +112,8 @@ pub fn write_server_url(dir: &Path, bound: SocketAddr, tls: bool) -> anyhow::Res
     let scheme = if tls { "https" } else { "http" };
     let url = format!("{scheme}://{host}:{}\n", bound.port());
     let path: PathBuf = dir.join(SERVER_URL_FILE);
-    std::fs::write(&path, url).with_context(|| format!("cannot write {}", path.display()))
+    crate::private_file::replace(&path, url.as_bytes())
+        .with_context(|| format!("cannot write {}", path.display()))
 }
 
 #[cfg(test)]

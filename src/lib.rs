@@ -2,7 +2,8 @@
 //! through their BMC, network-boots them, installs an OS with Ignition, joins
 //! them to Kubernetes and reimages them in place.
 //!
-//! Module seams follow DESIGN.md: protocol cores (`dhcp`, `tftp`, `ignition`,
+//! Module seams follow ARCHITECTURE.md (the layers, who writes what, the
+//! seams and where to start reading): protocol cores (`dhcp`, `tftp`, `ignition`,
 //! `bmc`) never import `controller`; everything reaches objects through the
 //! [`store::Store`] trait.
 //!
@@ -34,6 +35,7 @@ pub mod http;
 pub mod hwtest;
 pub mod ignition;
 pub mod leader;
+pub mod private_file;
 pub mod ra;
 pub mod store;
 pub mod telemetry;

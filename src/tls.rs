@@ -10,7 +10,6 @@
 //! stale certificate behind. Every file is mode 0600. `--tls-cert` and
 //! `--tls-key` replace the generated pair with a user's own.
 
-use std::io::Write;
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -275,24 +274,13 @@ fn set_validity(params: &mut rcgen::CertificateParams, years: i16) {
     params.not_after = ymd(until);
 }
 
-/// Write `text` to `path` with mode 0600 (replacing any older file).
+/// Write `text` to `path` with mode 0600 (replacing any older file),
+/// atomically ([`crate::private_file`]).
 fn write_private(path: &Path, text: &str) -> Result<(), TlsError> {
-    use std::os::unix::fs::OpenOptionsExt;
-    let err = |source| TlsError::Write {
+    crate::private_file::replace(path, text.as_bytes()).map_err(|source| TlsError::Write {
         path: path.to_path_buf(),
         source,
-    };
-    let tmp = path.with_extension("tmp");
-    let _ = std::fs::remove_file(&tmp);
-    let mut f = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(&tmp)
-        .map_err(err)?;
-    f.write_all(text.as_bytes()).map_err(err)?;
-    f.sync_all().map_err(err)?;
-    std::fs::rename(&tmp, path).map_err(err)
+    })
 }
 
 #[cfg(test)]

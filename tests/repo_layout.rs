@@ -1,4 +1,4 @@
-//! The code's shape as CONVENTIONS asks for it, checked so it stays so:
+//! The code's shape as ARCHITECTURE.md describes it, checked so it stays so:
 //! small files, and the module seams that let the protocol subsystems become
 //! crates of their own (they never reach into the controller or the store).
 
@@ -6,7 +6,7 @@
 
 use std::path::{Path, PathBuf};
 
-/// Past this many lines a file is split (CONVENTIONS: "past 600 split").
+/// Past this many lines a file is split by meaning (ARCHITECTURE.md).
 const MAX_LINES: usize = 600;
 
 fn root() -> PathBuf {

@@ -119,20 +119,20 @@ pub async fn export(g: &GlobalArgs, a: ExportArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Write `text` to `path`, readable by its owner only.
+/// Write `text` to `path`, readable by its owner only, atomically
+/// ([`crate::private_file`]).
 fn write_private(path: &std::path::Path, text: &str) -> anyhow::Result<()> {
-    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
-    let mut f = std::fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o600)
-        .open(path)
-        .with_context(|| format!("cannot write {}", path.display()))?;
-    f.set_permissions(std::fs::Permissions::from_mode(0o600))?;
-    f.write_all(text.as_bytes())
-        .with_context(|| format!("cannot write {}", path.display()))?;
-    Ok(())
+    // A device or other special file is never replaced by a regular one.
+    if let Ok(m) = std::fs::symlink_metadata(path)
+        && !m.is_file()
+    {
+        anyhow::bail!(
+            "cannot write {}: not a regular file (use -o - for standard output)",
+            path.display()
+        );
+    }
+    crate::private_file::replace(path, text.as_bytes())
+        .with_context(|| format!("cannot write {}", path.display()))
 }
 
 /// `metalherd import`.

@@ -5,8 +5,6 @@
 //! next. Two replicas creating it at once: one create wins, the other gets
 //! AlreadyExists and reads the winner's key.
 
-use std::io::Write;
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 
 use base64::Engine;
@@ -88,24 +86,14 @@ pub async fn load_or_create(
     }
 }
 
-/// Write the key where the boot services read it (replacing a local one).
+/// Write the key where the boot services read it (replacing a local one),
+/// atomically ([`crate::private_file`]).
 pub fn install(key: &[u8; KEY_LEN], data_dir: &Path) -> Result<(), TokenKeyError> {
     let path = data_dir.join(crate::http::boot::token::KEY_FILE);
-    let tmp = data_dir.join(".boot-token.key.new");
-    let io = |source| TokenKeyError::Io {
+    crate::private_file::replace(&path, key).map_err(|source| TokenKeyError::Io {
         path: path.display().to_string(),
         source,
-    };
-    let _ = std::fs::remove_file(&tmp);
-    let mut f = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(&tmp)
-        .map_err(io)?;
-    f.write_all(key).map_err(io)?;
-    f.sync_all().map_err(io)?;
-    std::fs::rename(&tmp, &path).map_err(io)
+    })
 }
 
 #[cfg(test)]

@@ -1,7 +1,7 @@
 //! Shared builders for `decide`'s tests: a Machine and an observation that
 //! read like the situation they describe, and the checks every plan must
-//! pass. The table of cases is in `tests_table.rs`; lifecycle walks with a
-//! simulated executor (including crashes) are in `tests_walk.rs`.
+//! pass. The table of cases is in `tests/table.rs`; lifecycle walks with a
+//! simulated executor (including crashes) are in `tests/walk.rs`.
 
 use std::time::Duration;
 

@@ -331,8 +331,9 @@ impl futures::Stream for OnceBody {
     }
 }
 
-/// A stand-in renderer: a valid, minimal Ignition 3.3.0 config that only
-/// sets the hostname. Used by `serve` while no full renderer is wired in.
+/// A stand-in renderer for tests of the boot server alone: a valid, minimal
+/// Ignition 3.3.0 config that only sets the hostname. `serve` wires the
+/// full renderer (`renderer::Renderer`).
 pub struct MinimalIgnition;
 
 #[async_trait]

@@ -3,8 +3,7 @@
 //! secret is stored in a Machine's status: the token is recomputed from the
 //! uid and `status.boot.id` whenever it is checked. No network here.
 
-use std::io::Write;
-use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
 use hmac::{Hmac, Mac};
@@ -76,15 +75,14 @@ impl TokenKey {
             }
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
                 let key: [u8; KEY_LEN] = rand::random();
-                let mut f = std::fs::OpenOptions::new()
-                    .write(true)
-                    .create_new(true)
-                    .mode(0o600)
-                    .open(&path)
-                    .map_err(io)?;
-                f.write_all(&key).map_err(io)?;
-                f.sync_all().map_err(io)?;
-                Ok(TokenKey { key })
+                match crate::private_file::create_new(&path, &key) {
+                    Ok(()) => Ok(TokenKey { key }),
+                    // Another process created it first: theirs is the key.
+                    Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                        Self::load_or_create(data_dir)
+                    }
+                    Err(e) => Err(io(e)),
+                }
             }
             Err(e) => Err(io(e)),
         }
