@@ -22,6 +22,9 @@ pub const CA_KEY_FILE: &str = "ca.key";
 pub const SERVER_CERT_FILE: &str = "server.crt";
 /// The API server certificate's private key (PEM).
 pub const SERVER_KEY_FILE: &str = "server.key";
+/// The key of the per-boot tokens (32 random bytes, mode 0600): created by
+/// boot HTTP, or installed from the shared Secret by the leader.
+pub const BOOT_TOKEN_KEY_FILE: &str = "boot-token.key";
 
 /// Create the data directory (0700) and prove it is writable, with one
 /// clear line when it is not. The directory holds secrets (API token, boot

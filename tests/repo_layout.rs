@@ -81,6 +81,22 @@ fn protocol_subsystems_never_import_the_controller() {
 }
 
 #[test]
+fn no_import_runs_back_up() {
+    // The web servers sit below the controllers: what boot HTTP and the
+    // controller both need (progress keys, the pinned class, the default
+    // install deadline) lives in src/api and src/store. The leader hands
+    // the boot token key over through the data directory's file name
+    // (src/datadir.rs), not through boot HTTP.
+    for (module, upward) in [
+        ("src/http", "crate::controller"),
+        ("src/leader", "crate::http"),
+    ] {
+        let found = importers(module, upward);
+        assert!(found.is_empty(), "{module} imports {upward}: {found:?}");
+    }
+}
+
+#[test]
 fn dhcp_never_imports_the_store() {
     // Discovered clients leave DHCP through a channel; the composition root
     // connects it to the store.

@@ -89,7 +89,7 @@ pub async fn load_or_create(
 /// Write the key where the boot services read it (replacing a local one),
 /// atomically ([`crate::private_file`]).
 pub fn install(key: &[u8; KEY_LEN], data_dir: &Path) -> Result<(), TokenKeyError> {
-    let path = data_dir.join(crate::http::boot::token::KEY_FILE);
+    let path = data_dir.join(crate::datadir::BOOT_TOKEN_KEY_FILE);
     crate::private_file::replace(&path, key).map_err(|source| TokenKeyError::Io {
         path: path.display().to_string(),
         source,
@@ -113,9 +113,11 @@ mod tests {
         let again = load_or_create(&*store, "default").await.unwrap();
         let dir = tempfile::tempdir().unwrap();
         install(&again, dir.path()).unwrap();
-        crate::http::boot::TokenKey::load_or_create(dir.path()).unwrap();
-        let on_disk = std::fs::read(dir.path().join("boot-token.key")).unwrap();
-        assert_eq!(on_disk, again);
+        let path = dir.path().join(crate::datadir::BOOT_TOKEN_KEY_FILE);
+        assert_eq!(std::fs::read(&path).unwrap(), again);
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(&path).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o600);
     }
 
     #[tokio::test]

@@ -26,6 +26,7 @@ pub mod events;
 pub mod kubernetes;
 pub mod memory;
 pub mod modify;
+pub mod pinned;
 pub mod reflect;
 pub mod selector;
 pub mod semantics;

@@ -32,31 +32,8 @@ use crate::cluster::NodeState;
 pub use crate::api::machine::{FINALIZER, REIMAGE_ANNOTATION};
 pub use crate::api::{BootOutcome, BootPurpose};
 
-/// Keys of `status.progress` (step markers that survive restarts).
-pub mod progress {
-    /// Boot id the server was power-cycled (or powered on) for.
-    pub const POWER_CYCLED_FOR: &str = "powerCycledFor";
-    /// When that happened; the install deadline runs from here.
-    pub const POWERED_AT: &str = "poweredAt";
-    /// When the server was last asked to power off (RFC 3339): later looks
-    /// only look until a whole `poll` has passed.
-    pub const POWER_OFF_AT: &str = "powerOffAt";
-    /// Boot id after whose install the boot device was set to the disk.
-    pub const DISK_BOOT_FOR: &str = "diskBootFor";
-    /// Boot id whose reimage already cordoned, drained and deleted the Node.
-    pub const NODE_REMOVED_FOR: &str = "nodeRemovedFor";
-    /// The boot that was current when this provisioning or reimage began;
-    /// only boots other than it belong to the run.
-    pub const PREVIOUS_BOOT: &str = "previousBoot";
-    /// The reimage annotation value already acted on.
-    pub const REIMAGE_REQUEST: &str = "reimageRequest";
-    /// Failed boots in a row.
-    pub const ATTEMPTS: &str = "attempts";
-    /// Do not retry before this time (RFC 3339).
-    pub const RETRY_AT: &str = "retryAt";
-    /// The phase an `Error` returns to when retried.
-    pub const ERROR_FROM: &str = "errorFrom";
-}
+/// The `status.progress` keys (their owner: src/api/boot.rs).
+pub use crate::api::boot::progress;
 
 /// Condition types a Machine carries.
 pub mod cond {
@@ -159,7 +136,7 @@ pub struct Limits {
 impl Default for Limits {
     fn default() -> Self {
         Limits {
-            install_deadline: Duration::from_secs(30 * 60),
+            install_deadline: crate::api::boot::DEFAULT_INSTALL_DEADLINE,
             join_deadline: Duration::from_secs(20 * 60),
             poll: Duration::from_secs(15),
             bmc_retry: Duration::from_secs(30),

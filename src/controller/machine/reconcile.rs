@@ -81,8 +81,7 @@ impl MachineReconciler {
         // A set's machine installs its pinned revision's snapshot, and is
         // up to date when it installed that snapshot: a live class change
         // reaches it only through its set's rollout.
-        let pinned =
-            crate::controller::machine_set::pin::pinned_class(self.store.as_ref(), m).await?;
+        let pinned = crate::store::pinned::pinned_class(self.store.as_ref(), m).await?;
         if let Some((snapshot, hash)) = pinned {
             // `installs` stays what the snapshot installs: a machine that
             // already runs it (adopted, or installed before the set

@@ -11,7 +11,6 @@
 
 pub mod cache;
 pub mod metrics;
-pub mod pin;
 pub mod plan;
 pub mod probe;
 pub mod reconcile;

@@ -24,7 +24,6 @@ use tracing::Instrument;
 
 use super::cache::MachineCache;
 use super::metrics;
-use super::pin::pin_of;
 use super::plan::{Action, Health, Input, MachineView, plan};
 use super::probe::Prober;
 use crate::api::machine_set::{REVISION_LABEL, SET_LABEL, SetRevision};
@@ -32,6 +31,7 @@ use crate::api::{Kind, LocalObjectReference, Machine, MachineClass, MachinePhase
 use crate::controller::feed::ObjectKey;
 use crate::controller::runner::{Reconciler, Requeue};
 use crate::store::events::{EventType, Regarding, record};
+use crate::store::pinned::pin_of;
 use crate::store::{ListOptions, Selector, Store, StoreError, TypedStore};
 
 /// Machine writes (claims, pins, releases) of one plan in flight at once.

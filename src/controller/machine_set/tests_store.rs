@@ -204,7 +204,7 @@ async fn scale_up_claims_down_releases_short_pool_is_reported() {
     let l = m1.metadata.labels.unwrap();
     assert_eq!(l.get("pool").map(String::as_str), Some("workers"));
     // The claim pins the machine to revision 1's snapshot.
-    let (snap, hash) = super::pin::pinned_class(e.store.as_ref(), &{
+    let (snap, hash) = crate::store::pinned::pinned_class(e.store.as_ref(), &{
         e.store.get_obj::<Machine>("default", "m1").await.unwrap()
     })
     .await
@@ -214,7 +214,7 @@ async fn scale_up_claims_down_releases_short_pool_is_reported() {
     // A live class edit does not reach it: still revision 1's snapshot.
     class_obj(&e, "9.9").await;
     let m1: Machine = e.store.get_obj("default", "m1").await.unwrap();
-    let (snap2, hash2) = super::pin::pinned_class(e.store.as_ref(), &m1)
+    let (snap2, hash2) = crate::store::pinned::pinned_class(e.store.as_ref(), &m1)
         .await
         .unwrap()
         .unwrap();

@@ -30,8 +30,8 @@ use std::time::Duration;
 
 use jiff::Timestamp;
 
+use crate::api::boot::progress;
 use crate::api::{BootOutcome, BootPurpose, BootRecord, BootStep, Machine};
-use crate::controller::machine::plan::progress;
 
 use super::token::TokenKey;
 

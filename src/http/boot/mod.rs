@@ -245,7 +245,7 @@ impl BootState {
             return Err(reply(StatusCode::CONFLICT, "machine has no classRef"));
         };
         // A set's machine is rendered from its pinned revision's snapshot.
-        match crate::controller::machine_set::pin::pinned_class(self.store.as_ref(), m).await {
+        match crate::store::pinned::pinned_class(self.store.as_ref(), m).await {
             Ok(Some((snapshot, _))) => return Ok(snapshot),
             Ok(None) => {}
             Err(e) => return Err(self.store_error(e)),

@@ -11,7 +11,7 @@ use sha2::Sha256;
 
 const KEY_LEN: usize = 32;
 /// Name of the key file inside the data directory.
-pub const KEY_FILE: &str = "boot-token.key";
+pub const KEY_FILE: &str = crate::datadir::BOOT_TOKEN_KEY_FILE;
 
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]

@@ -10,9 +10,9 @@
 
 use serde::Deserialize;
 
+use super::{Store, StoreError};
 use crate::api::machine_set::{REVISION_LABEL, SET_LABEL, SetRevision};
 use crate::api::{Kind, Machine, MachineClass};
-use crate::store::{Store, StoreError};
 
 /// The part of a MachineSet a pinned machine needs: its revisions.
 #[derive(Deserialize)]
