@@ -18,6 +18,7 @@
     deny(clippy::unwrap_used, clippy::expect_used, clippy::panic)
 )]
 
+pub mod accept;
 pub mod api;
 pub mod app;
 pub mod backup;

@@ -162,22 +162,7 @@ pub async fn serve(
     let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
     let graceful = GracefulShutdown::new();
     let builder = Arc::new(Builder::new(TokioExecutor::new()));
-    loop {
-        let (tcp, peer) = tokio::select! {
-            _ = cancel.cancelled() => break,
-            accepted = listener.accept() => match accepted {
-                Ok(a) => a,
-                Err(e) => {
-                    // Out of descriptors and the like: back off, keep serving.
-                    tracing::warn!(error = %e, "accept failed");
-                    tokio::time::sleep(Duration::from_millis(100)).await;
-                    continue;
-                }
-            },
-        };
-        if let Err(e) = tcp.set_nodelay(true) {
-            tracing::debug!(error = %e, "cannot set TCP_NODELAY on a connection");
-        }
+    while let Some((tcp, peer)) = crate::accept::next(&listener, &cancel).await {
         let acceptor = acceptor.clone();
         let service = hyper_util::service::TowerToHyperService::new(app.clone());
         let builder = builder.clone();

@@ -81,6 +81,19 @@ fn protocol_subsystems_never_import_the_controller() {
 }
 
 #[test]
+fn modules_live_where_their_names_say() {
+    // A child module is a file under its parent's folder (`plan.rs` ->
+    // `plan/batch.rs`, tests in `plan/tests.rs`), never a sibling pulled in
+    // with `#[path]`. The store's suite is the one file compiled twice (by
+    // the store's own tests and by tests/store_kubernetes.rs).
+    let found: Vec<String> = importers("src", "#[path")
+        .into_iter()
+        .filter(|f| !f.ends_with("src/store/tests.rs"))
+        .collect();
+    assert!(found.is_empty(), "#[path] modules: {found:?}");
+}
+
+#[test]
 fn no_import_runs_back_up() {
     // The web servers sit below the controllers: what boot HTTP and the
     // controller both need (progress keys, the pinned class, the default
@@ -239,6 +252,18 @@ fn the_store_has_no_import_cycle() {
         if let Some(cycle) = find_cycle(&graph) {
             panic!("{dir}: import cycle {}", cycle.join(" -> "));
         }
+    }
+}
+
+#[test]
+fn the_cli_has_no_import_cycle() {
+    // Each command's file depends on the shared pieces below it
+    // (src/cli/kinds.rs, the client), and on another command's file only
+    // to run that command.
+    let graph = sibling_imports("src/cli");
+    assert!(graph.len() >= 2, "src/cli: {graph:?}");
+    if let Some(cycle) = find_cycle(&graph) {
+        panic!("src/cli: import cycle {}", cycle.join(" -> "));
     }
 }
 

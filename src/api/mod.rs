@@ -19,7 +19,7 @@ pub mod validate;
 
 pub use boot::{BootOutcome, BootPurpose, BootStep};
 pub use common::*;
-pub use condition::Condition;
+pub use condition::{Condition, ConditionStatus};
 pub use discovered::{DiscoveredMachine, DiscoveredMachineSpec};
 pub use event::Event;
 pub use mac::{MacAddr, MacParseError};

@@ -9,17 +9,28 @@ use std::io::Read;
 use std::path::{Path, PathBuf};
 
 use anyhow::Context;
+use clap::Args;
 use serde::Deserialize;
 use serde_json::{Map, Value};
 
 use super::GlobalArgs;
 use super::client::{ApiClient, ClientError};
-use super::objects::ApplyArgs;
-use super::show::LAST_APPLIED;
+use super::kinds::LAST_APPLIED;
 use crate::api::validate::validate;
 use crate::api::{Kind, ValidationErrors};
 use crate::http::api::normalize::normalize;
 use crate::store::DEFAULT_NAMESPACE;
+
+#[derive(Debug, Args)]
+pub struct ApplyArgs {
+    /// Manifest file, directory of manifests (*.yaml, *.yml, *.json), or `-`
+    /// for stdin. Repeatable.
+    #[arg(short = 'f', long = "filename", required = true)]
+    pub files: Vec<String>,
+    /// Namespace for documents that name none.
+    #[arg(short = 'n', long)]
+    pub namespace: Option<String>,
+}
 
 /// One document read from a manifest source.
 struct Doc {

@@ -10,6 +10,7 @@ pub mod backup;
 pub mod bmc;
 pub mod client;
 pub mod hwtest;
+pub mod kinds;
 pub mod kubeconfig;
 pub mod objects;
 pub mod reimage;
@@ -58,7 +59,7 @@ pub enum Command {
     /// Run metalherd: store, API, boot services, controllers.
     Serve(serve::ServeArgs),
     /// Create or update objects from YAML (file, directory or `-`).
-    Apply(objects::ApplyArgs),
+    Apply(apply::ApplyArgs),
     /// List or show objects.
     Get(objects::GetArgs),
     /// Show one object with its events.

@@ -1,4 +1,4 @@
-//! `get`, `describe`, `delete` (and the argument types of `apply`):
+//! `get`, `describe`, `delete`:
 //! kubectl-style object commands over [`ApiClient`]. Tables and describe
 //! text live in [`super::show`], apply's create-or-update in
 //! [`super::apply`].
@@ -10,20 +10,10 @@ use serde_json::{Value, json};
 
 use super::GlobalArgs;
 use super::client::ApiClient;
+use super::kinds::parse_kind;
 use super::show;
 use crate::api::Kind;
 use crate::store::DEFAULT_NAMESPACE;
-
-#[derive(Debug, Args)]
-pub struct ApplyArgs {
-    /// Manifest file, directory of manifests (*.yaml, *.yml, *.json), or `-`
-    /// for stdin. Repeatable.
-    #[arg(short = 'f', long = "filename", required = true)]
-    pub files: Vec<String>,
-    /// Namespace for documents that name none.
-    #[arg(short = 'n', long)]
-    pub namespace: Option<String>,
-}
 
 /// Output formats of `get`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -73,16 +63,7 @@ pub struct DeleteArgs {
     pub namespace: String,
 }
 
-/// Parse a kind typed on the command line, with the fix when unknown.
-pub fn parse_kind(s: &str) -> anyhow::Result<Kind> {
-    Kind::parse(s).ok_or_else(|| {
-        anyhow::anyhow!(
-            "unknown kind {s:?}: use machines, machinesets, machineclasses, discovered, secrets, events, leases or namespaces"
-        )
-    })
-}
-
-pub async fn apply(g: &GlobalArgs, a: ApplyArgs) -> anyhow::Result<()> {
+pub async fn apply(g: &GlobalArgs, a: super::apply::ApplyArgs) -> anyhow::Result<()> {
     super::apply::run(g, a).await
 }
 

@@ -12,7 +12,7 @@ use serde_json::{Value, json};
 
 use super::GlobalArgs;
 use super::client::ApiClient;
-use super::objects::parse_kind;
+use super::kinds::{Target, set_kind};
 use crate::api::Kind;
 use crate::api::machine_set::{REVISION_LABEL, SET_LABEL, SetRevision, UNDO_ANNOTATION};
 use crate::store::DEFAULT_NAMESPACE;
@@ -50,16 +50,6 @@ pub enum RolloutCommand {
     Undo(UndoArgs),
 }
 
-/// The set a rollout command acts on.
-#[derive(Debug, Clone, Args)]
-pub struct Target {
-    /// `machineset` (`ms`).
-    pub kind: String,
-    pub name: String,
-    #[arg(short = 'n', long, default_value = DEFAULT_NAMESPACE)]
-    pub namespace: String,
-}
-
 #[derive(Debug, Args)]
 pub struct HistoryArgs {
     #[command(flatten)]
@@ -76,18 +66,6 @@ pub struct UndoArgs {
     /// The kept revision to return to.
     #[arg(long)]
     pub to_revision: Option<i64>,
-}
-
-/// Rollouts and scaling are for MachineSets only.
-pub fn set_kind(kind: &str) -> anyhow::Result<Kind> {
-    let k = parse_kind(kind)?;
-    if k != Kind::MachineSet {
-        anyhow::bail!(
-            "{} have no rollouts and no scale subresource: use machineset",
-            k.plural()
-        );
-    }
-    Ok(k)
 }
 
 pub async fn scale(g: &GlobalArgs, a: ScaleArgs) -> anyhow::Result<()> {

@@ -22,10 +22,10 @@ use serde_json::Value;
 
 use super::GlobalArgs;
 use super::client::ApiClient;
-use super::rollout::{Target, set_kind};
+use super::kinds::{Target, set_kind};
 use crate::api::Kind;
 use crate::api::machine_set::{REVISION_LABEL, RolloutState, SET_LABEL};
-use crate::api::{MachineClassSpec, MachineSet};
+use crate::api::{ConditionStatus, MachineClassSpec, MachineSet};
 use crate::controller::machine_set::revision;
 
 #[derive(Debug, Args)]
@@ -100,7 +100,7 @@ fn short_reason(set: &Value) -> String {
         .as_array()
         .into_iter()
         .flatten()
-        .find(|c| c["type"] == "PoolSufficient" && c["status"] == "False")
+        .find(|c| c["type"] == "PoolSufficient" && c["status"] == ConditionStatus::False.as_str())
         .map(|c| {
             format!(
                 " ({}: {})",

@@ -6,10 +6,8 @@
 use jiff::Timestamp;
 use serde_json::Value;
 
+use super::kinds::LAST_APPLIED;
 use crate::api::Kind;
-
-/// Annotation `apply` keeps its last manifest in; hidden from describe.
-pub const LAST_APPLIED: &str = "metalherd.dev/last-applied-configuration";
 
 fn s<'a>(o: &'a Value, ptr: &str) -> &'a str {
     o.pointer(ptr).and_then(Value::as_str).unwrap_or_default()

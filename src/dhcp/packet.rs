@@ -136,6 +136,25 @@ fn read_options(mut b: &[u8], opts: &mut BTreeMap<u8, Vec<u8>>) -> Result<bool, 
     }
 }
 
+/// Where the fixed header keeps the transaction id and the client's
+/// hardware address (RFC 2131 section 2).
+const XID: std::ops::Range<usize> = 4..8;
+const CHADDR: std::ops::Range<usize> = 28..34;
+
+/// The client's Ethernet address from the fixed header, without parsing
+/// the rest: what the rate limiter keys on before a packet is read.
+/// `None` for a packet too short to hold one.
+pub fn peek_mac(b: &[u8]) -> Option<[u8; 6]> {
+    b.get(CHADDR).and_then(|m| <[u8; 6]>::try_from(m).ok())
+}
+
+/// The transaction id from the fixed header, without parsing the rest.
+pub fn peek_xid(b: &[u8]) -> Option<u32> {
+    b.get(XID)
+        .and_then(|x| <[u8; 4]>::try_from(x).ok())
+        .map(u32::from_be_bytes)
+}
+
 impl Request {
     /// Read a request; any malformation is a [`DropReason`].
     pub fn parse(b: &[u8]) -> Result<Request, DropReason> {
@@ -174,11 +193,13 @@ impl Request {
             Some(_) => return Err(DropReason::BadOption),
             None => return Err(DropReason::NoMessageType),
         };
-        let mut mac = [0u8; 6];
-        mac.copy_from_slice(&b[28..34]);
+        // Both are in the 240 bytes checked above.
+        let (Some(mac), Some(xid)) = (peek_mac(b), peek_xid(b)) else {
+            return Err(DropReason::Truncated);
+        };
         Ok(Request {
             msg_type,
-            xid: u32::from_be_bytes([b[4], b[5], b[6], b[7]]),
+            xid,
             secs: u16::from_be_bytes([b[8], b[9]]),
             broadcast: b[10] & 0x80 != 0,
             hops: b[3],
@@ -263,8 +284,8 @@ pub(crate) mod tests {
         b[0] = 1;
         b[1] = 1;
         b[2] = 6;
-        b[4..8].copy_from_slice(&0x1234_5678u32.to_be_bytes());
-        b[28..34].copy_from_slice(&mac);
+        b[XID].copy_from_slice(&0x1234_5678u32.to_be_bytes());
+        b[CHADDR].copy_from_slice(&mac);
         b[236..240].copy_from_slice(&MAGIC);
         for (c, d) in opts {
             b.push(*c);
@@ -305,5 +326,19 @@ pub(crate) mod tests {
         let d = raw_request([2, 0, 0, 0, 0, 1], &[]);
         assert_eq!(Request::parse(&d), Err(DropReason::NoMessageType));
         assert_eq!(Request::parse(&vec![0u8; 2000]), Err(DropReason::Oversized));
+    }
+
+    #[test]
+    fn peeks_read_the_fixed_header_only() {
+        let b = raw_request([2, 0, 0, 0, 0, 9], &[]);
+        // No message type: the packet does not parse, yet the limiter and
+        // the log still see who sent it.
+        assert!(Request::parse(&b).is_err());
+        assert_eq!(peek_mac(&b), Some([2, 0, 0, 0, 0, 9]));
+        assert_eq!(peek_xid(&b), Some(0x1234_5678));
+        assert_eq!(peek_mac(&b[..33]), None);
+        assert_eq!(peek_xid(&b[..7]), None);
+        let r = Request::parse(&raw_request([2, 0, 0, 0, 0, 9], &[(53, &[1])])).unwrap();
+        assert_eq!((r.mac, r.xid), ([2, 0, 0, 0, 0, 9], 0x1234_5678));
     }
 }

@@ -408,7 +408,7 @@ impl Handler<'_> {
         {
             let _ = tx.try_send(seen);
         }
-        if let Some(mac) = bytes.get(28..34).and_then(|b| <[u8; 6]>::try_from(b).ok()) {
+        if let Some(mac) = super::packet::peek_mac(bytes) {
             let known = self.directory.by_mac(&mac).is_some();
             let checked = self
                 .limiter
@@ -425,8 +425,8 @@ impl Handler<'_> {
         let span = tracing::debug_span!(
             "dhcp",
             %src,
-            xid = ?bytes.get(4..8).map(|b| u32::from_be_bytes([b[0], b[1], b[2], b[3]])),
-            mac = %crate::api::MacAddr(bytes.get(28..34).and_then(|b| b.try_into().ok()).unwrap_or_default()),
+            xid = ?super::packet::peek_xid(bytes),
+            mac = %crate::api::MacAddr(super::packet::peek_mac(bytes).unwrap_or_default()),
         );
         let now_reply = {
             let _e = span.enter();

@@ -189,19 +189,7 @@ pub async fn serve(
         .timer(TokioTimer::new())
         .header_read_timeout(limits.header_timeout)
         .keep_alive(true);
-    loop {
-        let (tcp, peer) = tokio::select! {
-            _ = cancel.cancelled() => break,
-            accepted = listener.accept() => match accepted {
-                Ok(a) => a,
-                Err(e) => {
-                    // Out of descriptors and the like: back off, keep serving.
-                    tracing::warn!(error = %e, "accept failed");
-                    tokio::time::sleep(Duration::from_millis(100)).await;
-                    continue;
-                }
-            },
-        };
+    while let Some((tcp, peer)) = crate::accept::next(&listener, &cancel).await {
         let ip = peer.ip().to_canonical();
         let Ok(slot) = slots.clone().try_acquire_owned() else {
             metrics.refuse(Refused::busy);
@@ -215,9 +203,6 @@ pub async fn serve(
             let _ = tcp.try_write(BUSY);
             continue;
         };
-        if let Err(e) = tcp.set_nodelay(true) {
-            tracing::debug!(error = %e, "cannot set TCP_NODELAY on a connection");
-        }
         let service =
             app.clone()
                 .map_request(move |mut r: http::Request<hyper::body::Incoming>| {

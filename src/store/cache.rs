@@ -357,5 +357,4 @@ impl Store for CachingStore {
 }
 
 #[cfg(test)]
-#[path = "cache_tests.rs"]
 mod tests;

@@ -214,55 +214,26 @@ impl Store for MemoryStore {
         let from = from.map(parse_rv).transpose()?;
         // Subscribe and read the backlog under one lock: writes broadcast
         // under it too, so nothing falls between them.
-        let (mut live, backlog, from) = {
+        let (live, backlog, from) = {
             let st = self.lock()?;
             let from = from.unwrap_or(st.rv);
             (self.tx.subscribe(), st.since(kind, from)?, from)
         };
-        let (tx, rx) = mpsc::channel::<Result<WatchEvent, StoreError>>(256);
-        let opts = opts.clone();
         let state = self.state.clone();
-        tokio::spawn(async move {
-            let keep = |ev: &WatchEvent| {
-                opts.namespace
-                    .as_ref()
-                    .is_none_or(|ns| key_of(ev.object()).0 == *ns)
-                    && opts.selector.matches(ev.object())
-            };
-            let mut seen = from;
-            let mut pending = backlog;
-            loop {
-                for (rv, ev) in pending.drain(..) {
-                    if rv <= seen {
-                        continue;
-                    }
-                    seen = rv;
-                    if keep(&ev) && tx.send(Ok(ev)).await.is_err() {
-                        return;
-                    }
-                }
-                match live.recv().await {
-                    Ok((rv, k, ev)) if k == kind => pending.push((rv, ev)),
-                    Ok(_) => {}
-                    Err(broadcast::error::RecvError::Lagged(_)) => {
-                        // Too slow for the live feed: catch up from the log.
-                        let caught = match state.lock() {
-                            Ok(st) => st.since(kind, seen),
-                            Err(_) => Err(StoreError::Backend("memory store poisoned".into())),
-                        };
-                        match caught {
-                            Ok(evs) => pending = evs,
-                            Err(e) => {
-                                let _ = tx.send(Err(e)).await;
-                                return;
-                            }
-                        }
-                    }
-                    Err(broadcast::error::RecvError::Closed) => return,
-                }
-            }
-        });
-        Ok(Box::pin(tokio_stream::wrappers::ReceiverStream::new(rx)))
+        Ok(super::replay::serve(
+            opts.clone(),
+            from,
+            backlog,
+            live,
+            move |(rv, k, ev)| (k == kind).then_some((rv, ev)),
+            move |seen| {
+                let caught = match state.lock() {
+                    Ok(st) => st.since(kind, seen),
+                    Err(_) => Err(StoreError::Backend("memory store poisoned".into())),
+                };
+                std::future::ready(caught)
+            },
+        ))
     }
 }
 

@@ -28,6 +28,7 @@ pub mod memory;
 pub mod modify;
 pub mod pinned;
 pub mod reflect;
+pub mod replay;
 pub mod selector;
 pub mod semantics;
 pub mod typed;

@@ -192,7 +192,10 @@ const OTHER_VOCABULARIES: [(&str, &str); 5] = [
     // A kubectl column.
     ("src/api/machine_class.rs", "printcolumn(name = \"Image\""),
     // The Provisioned condition's reason.
-    ("src/controller/machine/boot.rs", "\"True\", \"Installed\""),
+    (
+        "src/controller/machine/boot.rs",
+        "ConditionStatus::True, \"Installed\"",
+    ),
 ];
 
 fn rust_files(dir: &Path, out: &mut Vec<std::path::PathBuf>) {

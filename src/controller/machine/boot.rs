@@ -10,6 +10,7 @@ use super::plan::{
     BmcObserved, BootOutcome, BootPurpose, ClassObserved, ClassView, NodeObserved, Step,
     boot_outcome, boot_timeline, booted, cond, failed_detail, progress,
 };
+use crate::api::ConditionStatus;
 use crate::api::{BootRecord, MachinePhase, PowerState};
 use crate::bmc::BootDevice;
 
@@ -51,7 +52,12 @@ impl Planner<'_> {
                 // machine back (a reimaging one had a Node: take it apart).
                 self.close_open_boot(BootOutcome::Abandoned);
                 if purpose == BootPurpose::Install {
-                    self.condition(cond::PROVISIONED, "False", "ClassRemoved", String::new());
+                    self.condition(
+                        cond::PROVISIONED,
+                        ConditionStatus::False,
+                        "ClassRemoved",
+                        String::new(),
+                    );
                     self.set_phase(MachinePhase::Available);
                 } else {
                     self.start_run(MachinePhase::Deprovisioning);
@@ -60,7 +66,12 @@ impl Planner<'_> {
             }
             ClassObserved::Missing { name } => {
                 let msg = format!("MachineClass {name} does not exist");
-                self.condition(cond::PROVISIONED, "False", "ClassNotFound", msg);
+                self.condition(
+                    cond::PROVISIONED,
+                    ConditionStatus::False,
+                    "ClassNotFound",
+                    msg,
+                );
                 return wait(self.o.limits.resync, "class");
             }
         };
@@ -127,7 +138,7 @@ impl Planner<'_> {
         if !self.o.boot_slot {
             self.condition(
                 cond::WAITING,
-                "True",
+                ConditionStatus::True,
                 "BootStormLimit",
                 "the boot-storm limit is reached; waiting for a free boot slot".into(),
             );
@@ -284,7 +295,7 @@ impl Planner<'_> {
             });
         }
         let msg = format!("revision {} installed", class.revision);
-        self.condition(cond::PROVISIONED, "True", "Installed", msg);
+        self.condition(cond::PROVISIONED, ConditionStatus::True, "Installed", msg);
         self.clear_progress(progress::ATTEMPTS);
         self.clear_progress(progress::RETRY_AT);
         self.clear_error();
@@ -443,7 +454,12 @@ impl Planner<'_> {
         if self.st.provisioned_revision.is_some() || self.st.node_ref.is_some() {
             self.push(Step::ClearProvisioned);
         }
-        self.condition(cond::PROVISIONED, "False", "Deprovisioned", String::new());
+        self.condition(
+            cond::PROVISIONED,
+            ConditionStatus::False,
+            "Deprovisioned",
+            String::new(),
+        );
         self.clear_progress(progress::NODE_REMOVED_FOR);
         self.set_phase(MachinePhase::Available);
         again()

@@ -11,14 +11,15 @@ use jiff::Timestamp;
 
 use super::hw_labels;
 use super::plan::{
-    BmcObserved, BootPurpose, ClassObserved, NodeObserved, Observed, Plan, Progress, Step,
-    apply_status, cond, node_name, progress,
+    BmcObserved, BootPurpose, ClassObserved, NodeObserved, Observed, Plan, Step, cond, progress,
 };
+use crate::api::ConditionStatus;
 use crate::api::condition::find_condition;
 use crate::api::{
-    Condition, Machine, MachinePhase, MachineStatus, ObservedVersions, PAUSED_ANNOTATION,
-    PowerState,
+    Machine, MachinePhase, MachineStatus, ObservedVersions, PAUSED_ANNOTATION, PowerState,
 };
+
+mod record;
 
 /// Decide what to do next for `machine`.
 pub fn decide(machine: &Machine, observed: &Observed, now: Timestamp) -> Plan {
@@ -78,108 +79,17 @@ pub(super) fn parse_phase(s: &str) -> Option<MachinePhase> {
 }
 
 impl Planner<'_> {
-    pub fn push(&mut self, s: Step) {
-        apply_status(&mut self.st, &s, self.now);
-        self.steps.push(s);
-    }
-
-    pub fn phase(&self) -> MachinePhase {
-        self.st.phase.unwrap_or_default()
-    }
-
-    pub fn progress(&self) -> Progress<'_> {
-        Progress(&self.st.progress)
-    }
-
-    pub fn set_phase(&mut self, p: MachinePhase) {
-        if self.st.phase != Some(p) {
-            self.push(Step::SetPhase(p));
-        }
-    }
-
-    pub fn condition(&mut self, type_: &str, status: &str, reason: &str, message: String) {
-        if let Some(c) = find_condition(&self.st.conditions, type_)
-            && c.status == status
-            && c.reason == reason
-            && c.message == message
-        {
-            return;
-        }
-        self.push(Step::SetCondition(Condition {
-            type_: type_.to_string(),
-            status: status.to_string(),
-            observed_generation: self.m.metadata.generation,
-            last_transition_time: self.now,
-            reason: reason.to_string(),
-            message,
-        }));
-    }
-
-    pub fn set_progress(&mut self, key: &'static str, value: String) {
-        if self.st.progress.get(key) != Some(&value) {
-            self.push(Step::SetProgress { key, value });
-        }
-    }
-
-    pub fn clear_progress(&mut self, key: &'static str) {
-        if self.st.progress.contains_key(key) {
-            self.push(Step::ClearProgress { key });
-        }
-    }
-
-    pub fn error(&mut self, reason: &str, message: String) {
-        if let Some(e) = &self.st.last_error
-            && e.reason == reason
-            && e.message == message
-        {
-            return;
-        }
-        self.push(Step::RecordError {
-            reason: reason.to_string(),
-            message,
-        });
-    }
-
-    pub fn clear_error(&mut self) {
-        if self.st.last_error.is_some() {
-            self.push(Step::ClearError);
-        }
-    }
-
-    /// Drop the `Waiting` condition's True once the machine moves on.
-    pub fn clear_waiting(&mut self) {
-        if find_condition(&self.st.conditions, cond::WAITING).is_some_and(|c| c.status == "True") {
-            self.condition(cond::WAITING, "False", "SlotAcquired", String::new());
-        }
-    }
-
-    pub fn has_finalizer(&self) -> bool {
-        self.m
-            .metadata
-            .finalizers
-            .iter()
-            .flatten()
-            .any(|f| f == super::plan::FINALIZER)
-    }
-
-    /// The Node this machine is (or will be) known as.
-    pub fn node(&self) -> String {
-        self.st
-            .node_ref
-            .as_ref()
-            .map(|r| r.name.clone())
-            .unwrap_or_else(|| node_name(self.m))
-    }
-
     fn run(&mut self) -> Step {
         let limits = self.o.limits;
         if self.m.is_paused() {
             return self.paused();
         }
-        if find_condition(&self.st.conditions, cond::PAUSED).is_some_and(|c| c.status == "True") {
+        if find_condition(&self.st.conditions, cond::PAUSED)
+            .is_some_and(|c| c.status == ConditionStatus::True)
+        {
             self.condition(
                 cond::PAUSED,
-                "False",
+                ConditionStatus::False,
                 "Resumed",
                 format!("{PAUSED_ANNOTATION} was removed"),
             );
@@ -248,7 +158,7 @@ impl Planner<'_> {
     fn paused(&mut self) -> Step {
         self.condition(
             cond::PAUSED,
-            "True",
+            ConditionStatus::True,
             "Annotation",
             format!("{PAUSED_ANNOTATION} is set: no BMC call and no boot until it is removed"),
         );
@@ -260,14 +170,19 @@ impl Planner<'_> {
     fn observe_bmc(&mut self) {
         match &self.o.bmc {
             BmcObserved::Reachable { power } => {
-                self.condition(cond::BMC_REACHABLE, "True", "Reachable", String::new());
+                self.condition(
+                    cond::BMC_REACHABLE,
+                    ConditionStatus::True,
+                    "Reachable",
+                    String::new(),
+                );
                 if self.st.power_state != Some(*power) {
                     self.push(Step::SetPowerState(*power));
                 }
                 let (s, r) = match power {
-                    PowerState::On => ("True", "On"),
-                    PowerState::Off => ("False", "Off"),
-                    PowerState::Unknown => ("Unknown", "Unknown"),
+                    PowerState::On => (ConditionStatus::True, "On"),
+                    PowerState::Off => (ConditionStatus::False, "Off"),
+                    PowerState::Unknown => (ConditionStatus::Unknown, "Unknown"),
                 };
                 self.condition(cond::POWER_STATE, s, r, String::new());
                 // A refused boot override is not cured by reaching the BMC:
@@ -282,7 +197,12 @@ impl Planner<'_> {
             // is what holds the machine up (see `wait_bmc`), so it never
             // hides a more important error such as an install timeout.
             BmcObserved::Unreachable { reason, message } => {
-                self.condition(cond::BMC_REACHABLE, "False", reason, message.clone());
+                self.condition(
+                    cond::BMC_REACHABLE,
+                    ConditionStatus::False,
+                    reason,
+                    message.clone(),
+                );
             }
             BmcObserved::NotAsked => {}
         }
@@ -303,13 +223,13 @@ impl Planner<'_> {
             NodeObserved::NotConfigured => {}
             NodeObserved::Absent => self.condition(
                 cond::NODE_READY,
-                "False",
+                ConditionStatus::False,
                 "NodeNotFound",
                 format!("node {name} is not registered"),
             ),
             NodeObserved::Unknown { message } => self.condition(
                 cond::NODE_READY,
-                "Unknown",
+                ConditionStatus::Unknown,
                 "ClusterUnreachable",
                 message.clone(),
             ),
@@ -332,9 +252,19 @@ impl Planner<'_> {
                     String::new()
                 };
                 if n.ready {
-                    self.condition(cond::NODE_READY, "True", "KubeletReady", cordoned);
+                    self.condition(
+                        cond::NODE_READY,
+                        ConditionStatus::True,
+                        "KubeletReady",
+                        cordoned,
+                    );
                 } else {
-                    self.condition(cond::NODE_READY, "False", "KubeletNotReady", cordoned);
+                    self.condition(
+                        cond::NODE_READY,
+                        ConditionStatus::False,
+                        "KubeletNotReady",
+                        cordoned,
+                    );
                 }
             }
         }
@@ -367,14 +297,14 @@ impl Planner<'_> {
         if have == want {
             self.condition(
                 cond::UP_TO_DATE,
-                "True",
+                ConditionStatus::True,
                 "RevisionInstalled",
                 format!("revision {have}"),
             );
         } else {
             self.condition(
                 cond::UP_TO_DATE,
-                "False",
+                ConditionStatus::False,
                 "RevisionChanged",
                 format!("installed revision {have}, class wants {want}"),
             );
@@ -440,14 +370,24 @@ impl Planner<'_> {
             }
             ClassObserved::Missing { name } => {
                 let msg = format!("MachineClass {name} does not exist");
-                self.condition(cond::PROVISIONED, "False", "ClassNotFound", msg);
+                self.condition(
+                    cond::PROVISIONED,
+                    ConditionStatus::False,
+                    "ClassNotFound",
+                    msg,
+                );
                 Step::Requeue {
                     after: limits.resync,
                 }
             }
             ClassObserved::Present(c) => {
                 let msg = format!("installing class {}", c.name);
-                self.condition(cond::PROVISIONED, "False", "Provisioning", msg);
+                self.condition(
+                    cond::PROVISIONED,
+                    ConditionStatus::False,
+                    "Provisioning",
+                    msg,
+                );
                 self.start_run(MachinePhase::Provisioning);
                 again()
             }
@@ -466,14 +406,24 @@ impl Planner<'_> {
             ClassObserved::NotReferenced => resync,
             ClassObserved::Missing { name } => {
                 let msg = format!("MachineClass {name} does not exist");
-                self.condition(cond::PROVISIONED, "False", "ClassNotFound", msg);
+                self.condition(
+                    cond::PROVISIONED,
+                    ConditionStatus::False,
+                    "ClassNotFound",
+                    msg,
+                );
                 resync
             }
             ClassObserved::Present(c) => {
                 let revision = c.revision.clone();
                 let msg = format!("provisioned outside metalherd; recorded as revision {revision}");
                 self.push(Step::MarkProvisioned { revision });
-                self.condition(cond::PROVISIONED, "True", "ExternallyProvisioned", msg);
+                self.condition(
+                    cond::PROVISIONED,
+                    ConditionStatus::True,
+                    "ExternallyProvisioned",
+                    msg,
+                );
                 self.set_phase(MachinePhase::Ready);
                 again()
             }

@@ -19,6 +19,7 @@ use std::time::Duration;
 use jiff::Timestamp;
 
 use super::plan::{BootPurpose, Plan, Step, StepKind, apply_status, cond};
+use crate::api::ConditionStatus;
 use crate::api::{BootMode, BootRecord, Condition, Machine, MachinePhase};
 use crate::bmc::{Bmc, BmcError, FirmwareMode, PowerAction};
 use crate::cluster::{ClusterError, DrainOptions, TargetCluster};
@@ -447,7 +448,7 @@ impl Executor<'_> {
             let cond = condition(
                 &w.m,
                 cond::BMC_REACHABLE,
-                "False",
+                ConditionStatus::False,
                 &reason,
                 &message,
                 self.now,
@@ -505,14 +506,14 @@ pub fn mint(purpose: BootPurpose, revision: Option<String>, now: Timestamp) -> B
 fn condition(
     m: &Machine,
     type_: &str,
-    status: &str,
+    status: ConditionStatus,
     reason: &str,
     message: &str,
     now: Timestamp,
 ) -> Condition {
     Condition {
         type_: type_.to_string(),
-        status: status.to_string(),
+        status,
         observed_generation: m.metadata.generation,
         last_transition_time: now,
         reason: reason.to_string(),

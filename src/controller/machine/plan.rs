@@ -19,6 +19,7 @@ use std::time::Duration;
 
 use jiff::Timestamp;
 
+use crate::api::ConditionStatus;
 use crate::api::condition::set_condition;
 use crate::api::{
     BootRecord, BootStep, Condition, LastError, LocalObjectReference, Machine, MachinePhase,
@@ -57,10 +58,10 @@ pub fn ready_condition(p: MachinePhase, now: Timestamp) -> Condition {
     let ready = p == MachinePhase::Ready;
     Condition {
         type_: cond::READY.into(),
-        status: if ready { "True" } else { "False" }.into(),
+        status: ConditionStatus::of(ready),
         observed_generation: None,
         last_transition_time: now,
-        reason: if ready { "NodeReady" } else { p.as_str() }.into(),
+        reason: if ready { cond::NODE_READY } else { p.as_str() }.into(),
         message: if ready {
             "provisioned and its Node is Ready".into()
         } else {

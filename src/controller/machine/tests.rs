@@ -165,7 +165,7 @@ impl M {
             &mut self.st().conditions,
             Condition {
                 type_: type_.into(),
-                status: status.into(),
+                status: crate::api::ConditionStatus::parse(status),
                 observed_generation: None,
                 last_transition_time: at(0),
                 reason: reason.into(),

@@ -249,5 +249,4 @@ impl MachineCache {
 }
 
 #[cfg(test)]
-#[path = "cache_tests.rs"]
 mod tests;

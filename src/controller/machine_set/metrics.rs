@@ -159,7 +159,7 @@ pub fn changes(old: &MachineSetStatus, new: &MachineSetStatus) -> Changes {
 fn new_finish(new: &MachineSetStatus, b: &Batch) -> jiff::Timestamp {
     new.conditions
         .iter()
-        .find(|c| c.reason == "RolledBack")
+        .find(|c| c.reason == RolloutState::RolledBack.as_str())
         .map_or(b.started_at, |c| c.last_transition_time)
 }
 
@@ -266,7 +266,7 @@ mod tests {
         back.current_batch = None;
         back.conditions = vec![crate::api::Condition {
             type_: "Progressing".into(),
-            status: "False".into(),
+            status: crate::api::ConditionStatus::False,
             observed_generation: None,
             last_transition_time: t(50),
             reason: "RolledBack".into(),

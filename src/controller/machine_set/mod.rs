@@ -20,5 +20,4 @@ pub mod start;
 pub use reconcile::MachineSetReconciler;
 
 #[cfg(test)]
-#[path = "tests_store.rs"]
 mod tests_store;

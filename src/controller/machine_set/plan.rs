@@ -46,6 +46,7 @@ use std::time::Duration;
 
 use jiff::Timestamp;
 
+use crate::api::ConditionStatus;
 use crate::api::condition::set_condition;
 use crate::api::machine_set::{
     BATCH_HISTORY, Batch, BatchMachine, DEFAULT_REVISION_HISTORY, MachineSet, MachineSetStatus,
@@ -245,7 +246,7 @@ impl Planner<'_> {
             &mut self.st.conditions,
             Condition {
                 type_: type_.into(),
-                status: if ok { "True" } else { "False" }.into(),
+                status: ConditionStatus::of(ok),
                 observed_generation: self.generation,
                 last_transition_time: self.i.now,
                 reason: reason.into(),
@@ -584,9 +585,7 @@ impl Planner<'_> {
     }
 }
 
-#[path = "plan_batch.rs"]
 mod batch;
 
 #[cfg(test)]
-#[path = "plan_tests.rs"]
 pub(crate) mod tests;

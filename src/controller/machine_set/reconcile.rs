@@ -26,6 +26,7 @@ use super::cache::MachineCache;
 use super::metrics;
 use super::plan::{Action, Health, Input, MachineView, plan};
 use super::probe::Prober;
+use crate::api::ConditionStatus;
 use crate::api::machine_set::{REVISION_LABEL, SET_LABEL, SetRevision};
 use crate::api::{Kind, LocalObjectReference, Machine, MachineClass, MachinePhase, MachineSet};
 use crate::controller::feed::ObjectKey;
@@ -109,8 +110,11 @@ impl MachineSetReconciler {
         }
         if self.cluster_configured {
             let ready = m.status.as_ref().and_then(|s| {
-                crate::api::condition::find_condition(&s.conditions, "NodeReady")
-                    .map(|c| c.status == "True")
+                crate::api::condition::find_condition(
+                    &s.conditions,
+                    crate::controller::machine::plan::cond::NODE_READY,
+                )
+                .map(|c| c.status == ConditionStatus::True)
             });
             v.health.node_ready = Some(ready.unwrap_or(false));
             if ready != Some(true) {
@@ -286,6 +290,12 @@ impl MachineSetReconciler {
         })
     }
 
+    /// A Machine of the set's namespace, as stored now (not as cached).
+    async fn member(&self, set: &MachineSet, name: &str) -> Result<Machine, StoreError> {
+        let ns = set.metadata.namespace.as_deref().unwrap_or("default");
+        self.store.get_obj(ns, name).await
+    }
+
     /// Claim an unclaimed Available machine at the version we read it at.
     async fn claim(
         &self,
@@ -294,8 +304,7 @@ impl MachineSetReconciler {
         rev: Option<&SetRevision>,
     ) -> Result<(), StoreError> {
         let Some(rev) = rev else { return Ok(()) };
-        let ns = set.metadata.namespace.as_deref().unwrap_or("default");
-        let mut m: Machine = self.store.get_obj(ns, name).await?;
+        let mut m = self.member(set, name).await?;
         let phase = m.status.as_ref().and_then(|s| s.phase);
         // As read now, not as planned: claimed meanwhile, busy, or paused
         // by its owner since the plan was made.
@@ -308,14 +317,11 @@ impl MachineSetReconciler {
             return Ok(());
         }
         let set_name = set.metadata.name.clone().unwrap_or_default();
-        let l = m.metadata.labels.get_or_insert_default();
-        l.extend(set.spec.template.labels.clone());
-        l.insert(SET_LABEL.into(), set_name);
-        l.insert(REVISION_LABEL.into(), rev.revision.to_string());
-        m.spec.class_ref = Some(LocalObjectReference {
-            name: rev.class_name.clone(),
-        });
-        m.spec.overrides = rev.overrides.clone();
+        m.metadata
+            .labels
+            .get_or_insert_default()
+            .insert(SET_LABEL.into(), set_name);
+        stamp(&mut m, set, rev);
         self.machines.put(self.store.update_obj(&m).await?);
         Ok(())
     }
@@ -327,20 +333,13 @@ impl MachineSetReconciler {
         rev: Option<&SetRevision>,
     ) -> Result<(), StoreError> {
         let Some(rev) = rev else { return Ok(()) };
-        let ns = set.metadata.namespace.as_deref().unwrap_or("default");
-        let mut m: Machine = self.store.get_obj(ns, name).await?;
+        let mut m = self.member(set, name).await?;
         let set_name = set.metadata.name.clone().unwrap_or_default();
         if labels(&m).get(SET_LABEL) != Some(&set_name) {
             return Ok(());
         }
         let before = (m.metadata.labels.clone(), m.spec.clone());
-        let l = m.metadata.labels.get_or_insert_default();
-        l.extend(set.spec.template.labels.clone());
-        l.insert(REVISION_LABEL.into(), rev.revision.to_string());
-        m.spec.class_ref = Some(LocalObjectReference {
-            name: rev.class_name.clone(),
-        });
-        m.spec.overrides = rev.overrides.clone();
+        stamp(&mut m, set, rev);
         if (m.metadata.labels.clone(), m.spec.clone()) == before {
             // Pinned already (a plan from a cache that had not seen the
             // pin yet): nothing to write, but the cache may take it.
@@ -354,8 +353,7 @@ impl MachineSetReconciler {
     /// Give a machine back to the pool: the Machine controller drains,
     /// wipes when the class says so and powers it off (Available again).
     async fn release(&self, set: &MachineSet, name: &str) -> Result<(), StoreError> {
-        let ns = set.metadata.namespace.as_deref().unwrap_or("default");
-        let mut m: Machine = self.store.get_obj(ns, name).await?;
+        let mut m = self.member(set, name).await?;
         let set_name = set.metadata.name.clone().unwrap_or_default();
         if labels(&m).get(SET_LABEL) != Some(&set_name) {
             return Ok(());
@@ -393,6 +391,18 @@ impl MachineSetReconciler {
             tracing::warn!(error = %e, "cannot record event");
         }
     }
+}
+
+/// What a claim and a pin both write: the set's template labels, the
+/// revision label, and the revision's class and overrides.
+fn stamp(m: &mut Machine, set: &MachineSet, rev: &SetRevision) {
+    let l = m.metadata.labels.get_or_insert_default();
+    l.extend(set.spec.template.labels.clone());
+    l.insert(REVISION_LABEL.into(), rev.revision.to_string());
+    m.spec.class_ref = Some(LocalObjectReference {
+        name: rev.class_name.clone(),
+    });
+    m.spec.overrides = rev.overrides.clone();
 }
 
 impl Reconciler for MachineSetReconciler {
@@ -441,7 +451,7 @@ pub fn adoptable(
         .status
         .as_ref()
         .and_then(|s| crate::api::condition::find_condition(&s.conditions, "UpToDate"))
-        .is_some_and(|c| c.status == "True");
+        .is_some_and(|c| c.status == ConditionStatus::True);
     if !up_to_date {
         return Err(format!(
             "has spec.classRef {class} but does not run its current revision"

@@ -385,7 +385,7 @@ async fn with_a_cluster_the_gate_waits_for_node_ready() {
             st.provisioned_revision = Some(hash);
             st.conditions = vec![Condition {
                 type_: "NodeReady".into(),
-                status: if node_ready { "True" } else { "False" }.into(),
+                status: crate::api::ConditionStatus::of(node_ready),
                 observed_generation: None,
                 last_transition_time: jiff::Timestamp::now(),
                 reason: "KubeletReady".into(),

@@ -16,7 +16,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use redb::{Database, ReadableDatabase};
 use serde_json::Value;
-use tokio::sync::{broadcast, mpsc};
+use tokio::sync::broadcast;
 
 pub mod snapshot;
 mod tables;
@@ -29,7 +29,7 @@ pub const DEFAULT_HISTORY: u64 = tables::LOG_KEEP;
 use writer::Writer;
 
 use super::semantics::{self, Change};
-use super::{Deleted, ListOptions, ObjectList, Store, StoreError, WatchEvent, WatchStream};
+use super::{Deleted, ListOptions, ObjectList, Store, StoreError, WatchStream};
 use crate::api::Kind;
 
 /// redb's page cache (its default is 1 GiB, which a busy store fills with
@@ -122,13 +122,6 @@ impl EmbeddedStore {
     ) -> Result<Value, StoreError> {
         let key = obj_key(kind, &ns, &name);
         self.writer.submit(kind, key, Box::new(decide)).await
-    }
-}
-
-fn matches_ns(obj: &Value, ns: Option<&str>) -> bool {
-    match ns {
-        None => true,
-        Some(ns) => super::key_of(obj).0 == ns,
     }
 }
 
@@ -259,7 +252,7 @@ impl Store for EmbeddedStore {
         from: Option<&str>,
     ) -> Result<WatchStream, StoreError> {
         // Subscribe before reading the log so nothing falls between them.
-        let mut live = self.inner.tx.subscribe();
+        let live = self.inner.tx.subscribe();
         let from = match from {
             Some(f) => parse_rv(f)?,
             None => self.blocking(last_rv).await?,
@@ -269,54 +262,22 @@ impl Store for EmbeddedStore {
         let backlog = tokio::task::spawn_blocking(move || read_log(&inner, kind, from))
             .await
             .map_err(|e| StoreError::Backend(e.to_string()))??;
-        let (tx, rx) = mpsc::channel::<Result<WatchEvent, StoreError>>(256);
-        let opts = opts.clone();
         let inner = self.inner.clone();
-        tokio::spawn(async move {
-            let ns = opts.namespace.clone();
-            let keep = |ev: &WatchEvent| {
-                matches_ns(ev.object(), ns.as_deref()) && opts.selector.matches(ev.object())
-            };
-            let mut seen = from;
-            let mut pending = backlog;
-            loop {
-                for (rv, ev) in pending.drain(..) {
-                    if rv <= seen {
-                        continue;
-                    }
-                    seen = rv;
-                    if keep(&ev) && tx.send(Ok(ev)).await.is_err() {
-                        return;
-                    }
+        Ok(super::replay::serve(
+            opts.clone(),
+            from,
+            backlog,
+            live,
+            move |b| (b.kind == kind).then_some((b.rv, b.event)),
+            move |seen| {
+                let inner = inner.clone();
+                async move {
+                    tokio::task::spawn_blocking(move || read_log(&inner, kind, seen))
+                        .await
+                        .map_err(|e| StoreError::Backend(e.to_string()))?
                 }
-                match live.recv().await {
-                    Ok(b) => {
-                        if b.kind == kind {
-                            pending.push((b.rv, b.event));
-                        }
-                    }
-                    Err(broadcast::error::RecvError::Lagged(_)) => {
-                        // Too slow for the live feed: catch up from the log.
-                        let inner2 = inner.clone();
-                        let r = tokio::task::spawn_blocking(move || read_log(&inner2, kind, seen))
-                            .await;
-                        match r {
-                            Ok(Ok(evs)) => pending = evs,
-                            Ok(Err(e)) => {
-                                let _ = tx.send(Err(e)).await;
-                                return;
-                            }
-                            Err(e) => {
-                                let _ = tx.send(Err(StoreError::Backend(e.to_string()))).await;
-                                return;
-                            }
-                        }
-                    }
-                    Err(broadcast::error::RecvError::Closed) => return,
-                }
-            }
-        });
-        Ok(Box::pin(tokio_stream::wrappers::ReceiverStream::new(rx)))
+            },
+        ))
     }
 }
 

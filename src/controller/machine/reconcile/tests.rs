@@ -330,7 +330,7 @@ async fn a_refused_boot_override_fails_the_boot_without_a_power_on_and_keeps_its
     // The BMC answered: it is not called unreachable.
     assert!(
         crate::api::condition::find_condition(&st.conditions, "BmcReachable")
-            .is_none_or(|c| c.status == "True"),
+            .is_none_or(|c| c.status == crate::api::ConditionStatus::True),
         "{:?}",
         st.conditions
     );

@@ -436,7 +436,7 @@ fn the_boot_storm_limit_lets_one_install_run_at_a_time() {
             saw_waiting |= st
                 .conditions
                 .iter()
-                .any(|c| c.type_ == "Waiting" && c.status == "True")
+                .any(|c| c.type_ == "Waiting" && c.status == crate::api::ConditionStatus::True)
                 && st.phase == Some(MachinePhase::Provisioning);
         }
         let open = ws

@@ -47,7 +47,7 @@ impl Planner<'_> {
                 self.condition(
                     cond::PROGRESSING,
                     false,
-                    "RolledBack",
+                    RolloutState::RolledBack.as_str(),
                     format!("failed batch rolled back to revision {}", b.revision),
                 );
                 // The bad update revision stays bad: nothing more to do.
