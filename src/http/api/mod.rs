@@ -31,6 +31,7 @@ pub mod status;
 pub mod table;
 mod watch;
 pub mod webhook;
+pub mod write_call;
 mod writes;
 
 use std::sync::Arc;

@@ -6,9 +6,7 @@
 //! concurrent writer is retried on the fresh object.
 
 use axum::Extension;
-use axum::body::Bytes;
-use axum::extract::rejection::QueryRejection;
-use axum::extract::{Path, Query, State};
+use axum::extract::Path;
 use axum::http::{HeaderMap, StatusCode, header};
 use serde_json::Value;
 
@@ -16,52 +14,32 @@ use super::handlers::{
     Res, admitted, checked, conform, content_type, namespaced_kind, ok_json, parse_body,
     status_kind,
 };
-use super::writes::{Target, WriteQuery, Writer};
-use super::{ApiError, ApiState, Group, ssa};
+use super::write_call::WriteCall;
+use super::writes::Target;
+use super::{ApiError, Group, ssa};
 use crate::store::{modify, resource_version_of};
 
 pub async fn patch(
-    State(st): State<ApiState>,
     Extension(group): Extension<Group>,
     Path((ns, plural, name)): Path<(String, String, String)>,
-    headers: HeaderMap,
-    q: Result<Query<WriteQuery>, QueryRejection>,
-    body: Bytes,
+    c: WriteCall,
 ) -> Res {
     let kind = namespaced_kind(group, &plural)?;
-    let w = Writer::new(q, &headers)?;
-    let st = w.state(st);
-    let t = Target::new(kind, &ns, &name, false);
-    patch_object(&st, t, &headers, &body, &w).await
+    patch_object(&c, Target::new(kind, &ns, &name, false)).await
 }
 
 /// PATCH `/api/v1/namespaces/{name}`.
-pub async fn patch_namespace(
-    State(st): State<ApiState>,
-    Path(name): Path<String>,
-    headers: HeaderMap,
-    q: Result<Query<WriteQuery>, QueryRejection>,
-    body: Bytes,
-) -> Res {
-    let w = Writer::new(q, &headers)?;
-    let st = w.state(st);
-    let t = Target::namespace(&name);
-    patch_object(&st, t, &headers, &body, &w).await
+pub async fn patch_namespace(Path(name): Path<String>, c: WriteCall) -> Res {
+    patch_object(&c, Target::namespace(&name)).await
 }
 
 pub async fn patch_status(
-    State(st): State<ApiState>,
     Extension(group): Extension<Group>,
     Path((ns, plural, name)): Path<(String, String, String)>,
-    headers: HeaderMap,
-    q: Result<Query<WriteQuery>, QueryRejection>,
-    body: Bytes,
+    c: WriteCall,
 ) -> Res {
     let kind = status_kind(group, &plural)?;
-    let w = Writer::new(q, &headers)?;
-    let st = w.state(st);
-    let t = Target::new(kind, &ns, &name, true);
-    patch_object(&st, t, &headers, &body, &w).await
+    patch_object(&c, Target::new(kind, &ns, &name, true)).await
 }
 
 /// PATCH bodies are JSON merge patches: refuse any other Content-Type.
@@ -83,13 +61,8 @@ pub(super) fn merge_patch_type(headers: &HeaderMap) -> Result<(), ApiError> {
 /// Patch the stored object and write it back. A patch that names a
 /// resourceVersion is a precondition; without one, a conflict with a
 /// concurrent writer is retried on the fresh object.
-async fn patch_object(
-    st: &ApiState,
-    t: Target<'_>,
-    headers: &HeaderMap,
-    body: &Bytes,
-    w: &Writer,
-) -> Res {
+async fn patch_object(c: &WriteCall, t: Target<'_>) -> Res {
+    let (st, w, headers, body) = (&c.st, &c.w, &c.headers, &c.body);
     let (kind, ns, name, status) = (t.kind, t.ns, t.name, t.status);
     let ct = content_type(headers);
     if ct.starts_with("application/apply-patch+yaml") {

@@ -8,15 +8,14 @@
 //! object moved on). Nothing but `spec.replicas` is ever written here.
 
 use axum::Extension;
-use axum::body::Bytes;
-use axum::extract::rejection::QueryRejection;
-use axum::extract::{Path, Query, State};
-use axum::http::{HeaderMap, StatusCode};
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
 use serde_json::{Value, json};
 
 use super::handlers::{Res, checked, namespaced_kind, ok_json, parse_body};
 use super::patch::merge_patch_type;
-use super::writes::{WriteQuery, Writer};
+use super::write_call::WriteCall;
+use super::writes::Writer;
 use super::{ApiError, ApiState, Group};
 use crate::api::Kind;
 use crate::store::{StoreError, modify, resource_version_of};
@@ -127,34 +126,24 @@ pub async fn get_scale(
 }
 
 pub async fn replace_scale(
-    State(st): State<ApiState>,
     Extension(group): Extension<Group>,
     Path((ns, plural, name)): Path<(String, String, String)>,
-    headers: HeaderMap,
-    q: Result<Query<WriteQuery>, QueryRejection>,
-    body: Bytes,
+    c: WriteCall,
 ) -> Res {
     let kind = scale_kind(group, &plural)?;
-    let w = Writer::new(q, &headers)?;
-    let st = w.state(st);
-    let scale = parse_body(&body)?;
-    write_scale(&st, kind, &ns, &name, &w, |_| Ok(scale.clone())).await
+    let scale = parse_body(&c.body)?;
+    write_scale(&c.st, kind, &ns, &name, &c.w, |_| Ok(scale.clone())).await
 }
 
 pub async fn patch_scale(
-    State(st): State<ApiState>,
     Extension(group): Extension<Group>,
     Path((ns, plural, name)): Path<(String, String, String)>,
-    headers: HeaderMap,
-    q: Result<Query<WriteQuery>, QueryRejection>,
-    body: Bytes,
+    c: WriteCall,
 ) -> Res {
     let kind = scale_kind(group, &plural)?;
-    merge_patch_type(&headers)?;
-    let w = Writer::new(q, &headers)?;
-    let st = w.state(st);
-    let patch = parse_body(&body)?;
-    write_scale(&st, kind, &ns, &name, &w, |current| {
+    merge_patch_type(&c.headers)?;
+    let patch = parse_body(&c.body)?;
+    write_scale(&c.st, kind, &ns, &name, &c.w, |current| {
         let mut s = scale_of(current);
         json_patch::merge(&mut s, &patch);
         // A patch that names no resourceVersion is not a precondition.

@@ -14,6 +14,7 @@ use super::handlers::{
     Res, admitted, body_object, check_ns, checked, conform, kind_of, namespaced_kind, ok_json,
     status_kind,
 };
+use super::write_call::WriteCall;
 use super::{ApiError, ApiState, Group, namespaces, ssa};
 use crate::api::Kind;
 use crate::store::{Deleted, StoreError, modify, resource_version_of};
@@ -220,47 +221,26 @@ async fn create_object(
 }
 
 pub async fn replace(
-    State(st): State<ApiState>,
     Extension(group): Extension<Group>,
     Path((ns, plural, name)): Path<(String, String, String)>,
-    headers: HeaderMap,
-    q: Result<Query<WriteQuery>, QueryRejection>,
-    body: Bytes,
+    c: WriteCall,
 ) -> Res {
     let kind = namespaced_kind(group, &plural)?;
-    let w = Writer::new(q, &headers)?;
-    let st = w.state(st);
-    let target = Target::new(kind, &ns, &name, false);
-    replace_object(&st, target, &headers, &body, &w).await
+    replace_object(&c, Target::new(kind, &ns, &name, false)).await
 }
 
 /// PUT `/api/v1/namespaces/{name}`.
-pub async fn replace_namespace(
-    State(st): State<ApiState>,
-    Path(name): Path<String>,
-    headers: HeaderMap,
-    q: Result<Query<WriteQuery>, QueryRejection>,
-    body: Bytes,
-) -> Res {
-    let w = Writer::new(q, &headers)?;
-    let st = w.state(st);
-    let target = Target::namespace(&name);
-    replace_object(&st, target, &headers, &body, &w).await
+pub async fn replace_namespace(Path(name): Path<String>, c: WriteCall) -> Res {
+    replace_object(&c, Target::namespace(&name)).await
 }
 
 pub async fn replace_status(
-    State(st): State<ApiState>,
     Extension(group): Extension<Group>,
     Path((ns, plural, name)): Path<(String, String, String)>,
-    headers: HeaderMap,
-    q: Result<Query<WriteQuery>, QueryRejection>,
-    body: Bytes,
+    c: WriteCall,
 ) -> Res {
     let kind = status_kind(group, &plural)?;
-    let w = Writer::new(q, &headers)?;
-    let st = w.state(st);
-    let target = Target::new(kind, &ns, &name, true);
-    replace_object(&st, target, &headers, &body, &w).await
+    replace_object(&c, Target::new(kind, &ns, &name, true)).await
 }
 
 /// The object (or its status) a write is for.
@@ -302,13 +282,8 @@ impl<'a> Target<'a> {
 /// PUT of an object (or of its status): a `metadata.resourceVersion` in
 /// the body is a precondition; without one the replace is unconditional
 /// (but a Lease's, see [`Kind::conditional_put_creates`]).
-async fn replace_object(
-    st: &ApiState,
-    t: Target<'_>,
-    headers: &HeaderMap,
-    body: &Bytes,
-    w: &Writer,
-) -> Res {
+async fn replace_object(c: &WriteCall, t: Target<'_>) -> Res {
+    let (st, w, headers, body) = (&c.st, &c.w, &c.headers, &c.body);
     let (kind, ns, name) = (t.kind, t.ns, t.name);
     let mut v = body_object(kind, headers, body)?;
     let sent = ssa::sent(&v);
