@@ -132,12 +132,13 @@ pub fn retire_a_server(lab: &Lab) {
         !ok && err.contains("NotFound"),
         "the Node outlived its Machine: {err}"
     );
-    for line in [
-        "metalherd-wipe: wiping /dev/vda",
-        "metalherd-wipe: done, powering off",
-    ] {
-        assert!(console.contains(line), "{line:?} not on the console");
-    }
+    // The script's last console line may not make it out: metalherd
+    // powers the server off as soon as the `wiped` call-home (sent once
+    // the disk is cleared and synced) arrives.
+    assert!(
+        console.contains("metalherd-wipe: wiping /dev/vda"),
+        "the wipe script did not start on /dev/vda"
+    );
     assert_eq!(
         console.matches("metalherd-install: done").count(),
         installs,
