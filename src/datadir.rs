@@ -78,6 +78,13 @@ fn tighten(dir: &Path) -> std::io::Result<()> {
 
 /// Read the API token, or create a random one (mode 0600) on first start.
 pub fn load_or_create_token(dir: &Path) -> anyhow::Result<String> {
+    load_or_create_token_once(dir, true)
+}
+
+/// One read-or-create; `retry`: when another process creates the file
+/// between our read and our create, read theirs (once: a file that keeps
+/// vanishing or staying empty is an error, not a loop).
+fn load_or_create_token_once(dir: &Path, retry: bool) -> anyhow::Result<String> {
     use std::os::unix::fs::PermissionsExt;
     let path = dir.join(TOKEN_FILE);
     match std::fs::read_to_string(&path) {
@@ -98,7 +105,9 @@ pub fn load_or_create_token(dir: &Path) -> anyhow::Result<String> {
     match crate::private_file::create_new(&path, format!("{token}\n").as_bytes()) {
         Ok(()) => Ok(token),
         // Another process created it first: theirs is the token.
-        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => load_or_create_token(dir),
+        Err(e) if retry && e.kind() == std::io::ErrorKind::AlreadyExists => {
+            load_or_create_token_once(dir, false)
+        }
         Err(e) => Err(e).with_context(|| format!("cannot create API token {}", path.display())),
     }
 }

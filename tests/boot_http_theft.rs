@@ -16,7 +16,6 @@ use std::time::Duration;
 use common::boot_server::{Server, client_from, start, wait_known};
 use common::bootlab;
 use metalherd::api::{BootStep, Event, Kind, Machine};
-use metalherd::controller::machine::plan::progress;
 use metalherd::store::TypedStore;
 use metalherd::store::events::list_for;
 
@@ -214,10 +213,10 @@ async fn a_token_is_useless_before_its_power_on_and_after_it_expires() {
         for _ in 0..20 {
             let mut v: Machine = s.store.get_obj("default", "victim").await.unwrap();
             let p = &mut v.status.as_mut().unwrap().progress;
-            p.clear();
+            *p = Default::default();
             if let Some(at) = powered {
-                p.insert(progress::POWER_CYCLED_FOR.into(), "boot-1".into());
-                p.insert(progress::POWERED_AT.into(), at.to_string());
+                p.power_cycled_for = Some("boot-1".into());
+                p.powered_at = Some(at);
             }
             if s.store.update_status_obj(&v).await.is_ok() {
                 return;

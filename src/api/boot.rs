@@ -215,31 +215,5 @@ impl fmt::Display for BootPurpose {
 /// valid for by default (plus a margin).
 pub const DEFAULT_INSTALL_DEADLINE: Duration = Duration::from_secs(30 * 60);
 
-/// Keys of `status.progress` (step markers that survive restarts).
-pub mod progress {
-    /// Boot id the server was power-cycled (or powered on) for.
-    pub const POWER_CYCLED_FOR: &str = "powerCycledFor";
-    /// When that happened; the install deadline runs from here.
-    pub const POWERED_AT: &str = "poweredAt";
-    /// When the server was last asked to power off (RFC 3339): later looks
-    /// only look until a whole `poll` has passed.
-    pub const POWER_OFF_AT: &str = "powerOffAt";
-    /// Boot id after whose install the boot device was set to the disk.
-    pub const DISK_BOOT_FOR: &str = "diskBootFor";
-    /// Boot id whose reimage already cordoned, drained and deleted the Node.
-    pub const NODE_REMOVED_FOR: &str = "nodeRemovedFor";
-    /// The boot that was current when this provisioning or reimage began;
-    /// only boots other than it belong to the run.
-    pub const PREVIOUS_BOOT: &str = "previousBoot";
-    /// The reimage annotation value already acted on.
-    pub const REIMAGE_REQUEST: &str = "reimageRequest";
-    /// Failed boots in a row.
-    pub const ATTEMPTS: &str = "attempts";
-    /// Do not retry before this time (RFC 3339).
-    pub const RETRY_AT: &str = "retryAt";
-    /// The phase an `Error` returns to when retried.
-    pub const ERROR_FROM: &str = "errorFrom";
-}
-
 #[cfg(test)]
 mod tests;

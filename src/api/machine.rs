@@ -12,6 +12,7 @@ use super::common::{
 };
 use super::condition::Condition;
 use super::machine_class::OsImage;
+use super::progress::BootProgress;
 
 /// Finalizer that keeps a Machine until it is deprovisioned.
 pub const FINALIZER: &str = "metalherd.dev/machine";
@@ -274,9 +275,11 @@ pub struct MachineStatus {
     pub boot: Option<BootRecord>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
+    // Stored as a map of strings: see `super::progress`.
     /// Controller bookkeeping that must survive restarts (step markers).
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub progress: BTreeMap<String, String>,
+    #[serde(default, skip_serializing_if = "BootProgress::is_empty")]
+    #[schemars(with = "BTreeMap<String, String>")]
+    pub progress: BootProgress,
 }
 
 /// One network boot: minted by the controller before it powers the server,

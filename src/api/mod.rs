@@ -15,6 +15,7 @@ pub mod mac;
 pub mod machine;
 pub mod machine_class;
 pub mod machine_set;
+pub mod progress;
 pub mod validate;
 
 pub use boot::{BootOutcome, BootPurpose, BootStep};
@@ -26,6 +27,7 @@ pub use mac::{MacAddr, MacParseError};
 pub use machine::*;
 pub use machine_class::*;
 pub use machine_set::*;
+pub use progress::{BootProgress, Mark, MarkKey};
 pub use validate::{FieldError, ValidationErrors};
 
 /// API group of metalherd's own objects.

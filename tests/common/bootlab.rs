@@ -7,7 +7,6 @@ use metalherd::api::{
     LocalObjectReference, Machine, MachineClass, MachineClassSpec, MachineNetwork, MachinePhase,
     MachineSpec, MachineStatus, OsImage, SecretReference,
 };
-use metalherd::controller::machine::plan::progress;
 use metalherd::store::{Store, TypedStore};
 use sha2::Digest;
 
@@ -129,10 +128,8 @@ pub async fn set_boot_for(
             ..Default::default()
         });
         // Powered on for this boot: its token is valid from now.
-        st.progress
-            .insert(progress::POWER_CYCLED_FOR.into(), boot_id.into());
-        st.progress
-            .insert(progress::POWERED_AT.into(), now.to_string());
+        st.progress.power_cycled_for = Some(boot_id.into());
+        st.progress.powered_at = Some(now);
         match store.update_status_obj(&cur).await {
             Ok(m) => return m,
             Err(e) if e.is_conflict() => continue,

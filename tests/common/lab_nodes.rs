@@ -117,6 +117,22 @@ impl Lab {
             .map(|t| t.elapsed().as_secs())
             .unwrap_or_default()
     }
+
+    /// HTTP codes kube-apiserver answered to evictions of Pod `pod`, from
+    /// the lab's audit log, in order.
+    pub fn evictions(&self, pod: &str) -> Vec<u64> {
+        std::fs::read_to_string(self.run.join("kube/audit.log"))
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+            .filter(|e| {
+                e["objectRef"]["subresource"] == "eviction"
+                    && e["objectRef"]["name"] == pod
+                    && e["stage"] == "ResponseComplete"
+            })
+            .filter_map(|e| e["responseStatus"]["code"].as_u64())
+            .collect()
+    }
 }
 
 /// The disks of a real node's VM.

@@ -36,22 +36,6 @@ spec:
   selector: {matchLabels: {app: pinned}}
 "#;
 
-/// Evictions of the Pod `pinned` in the cluster's audit log, as their
-/// response codes.
-fn evictions(lab: &Lab) -> Vec<u64> {
-    std::fs::read_to_string(lab.run.join("kube/audit.log"))
-        .unwrap_or_default()
-        .lines()
-        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
-        .filter(|e| {
-            e["objectRef"]["subresource"] == "eviction"
-                && e["objectRef"]["name"] == "pinned"
-                && e["stage"] == "ResponseComplete"
-        })
-        .filter_map(|e| e["responseStatus"]["code"].as_u64())
-        .collect()
-}
-
 fn node(lab: &Lab) -> Value {
     let (ok, out, err) = lab.kubectl(&["get", "node", "vm1", "-o", "json"]);
     assert!(ok, "kubectl get node vm1: {err}");
@@ -112,12 +96,12 @@ pub fn reimage_in_place(lab: &Lab) {
 
     // The drain asks to evict the Pod and the budget refuses (429)…
     let refused = wait_for(Duration::from_secs(300), || {
-        evictions(lab).contains(&429).then_some(())
+        lab.evictions("pinned").contains(&429).then_some(())
     });
     assert!(
         refused.is_some(),
         "no eviction refused by the budget: {:?}",
-        evictions(lab)
+        lab.evictions("pinned")
     );
     let n = node(lab);
     assert_eq!(n["spec"]["unschedulable"], true, "vm1 not cordoned: {n}");
@@ -138,9 +122,9 @@ pub fn reimage_in_place(lab: &Lab) {
     });
     assert!(gone.is_some(), "the Pod was not evicted");
     assert!(
-        evictions(lab).iter().any(|c| *c < 300),
+        lab.evictions("pinned").iter().any(|c| *c < 300),
         "{:?}",
-        evictions(lab)
+        lab.evictions("pinned")
     );
     eprintln!("lab: Pod pinned evicted ({} s)", lab.since());
 

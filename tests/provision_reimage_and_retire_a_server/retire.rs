@@ -11,8 +11,6 @@
 
 use std::time::Duration;
 
-use serde_json::Value;
-
 use crate::common::lab::Lab;
 use crate::common::lab_disk;
 use crate::common::proc::wait_for;
@@ -28,22 +26,6 @@ spec:
     image: registry.k8s.io/pause:3.10.1
     imagePullPolicy: Never
 "#;
-
-/// Response codes of the evictions of the Pod `leaving` in the cluster's
-/// audit log.
-fn evictions(lab: &Lab) -> Vec<u64> {
-    std::fs::read_to_string(lab.run.join("kube/audit.log"))
-        .unwrap_or_default()
-        .lines()
-        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
-        .filter(|e| {
-            e["objectRef"]["subresource"] == "eviction"
-                && e["objectRef"]["name"] == "leaving"
-                && e["stage"] == "ResponseComplete"
-        })
-        .filter_map(|e| e["responseStatus"]["code"].as_u64())
-        .collect()
-}
 
 pub fn retire_a_server(lab: &Lab) {
     let m = lab.machine("vm1").unwrap();
@@ -109,9 +91,9 @@ pub fn retire_a_server(lab: &Lab) {
         lab.metalherd_log()
     );
     assert!(
-        evictions(lab).iter().any(|c| *c < 300),
+        lab.evictions("leaving").iter().any(|c| *c < 300),
         "the Pod left without an eviction: {:?}",
-        evictions(lab)
+        lab.evictions("leaving")
     );
 
     // The wiper boots, clears the disk and calls home; then the server is

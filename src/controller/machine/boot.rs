@@ -7,8 +7,8 @@
 
 use super::decide::{Planner, again, elapsed, wait};
 use super::plan::{
-    BmcObserved, BootOutcome, BootPurpose, ClassObserved, ClassView, NodeObserved, Step,
-    boot_outcome, boot_timeline, booted, cond, failed_detail, progress,
+    BmcObserved, BootOutcome, BootPurpose, ClassObserved, ClassView, Mark, MarkKey, NodeObserved,
+    Step, boot_outcome, boot_timeline, booted, cond, failed_detail,
 };
 use crate::api::ConditionStatus;
 use crate::api::{BootRecord, MachinePhase, PowerState};
@@ -97,10 +97,7 @@ impl Planner<'_> {
 
     /// The boot of the current run, minting one when there is none.
     fn run_boot(&mut self, purpose: BootPurpose, revision: Option<&str>) -> BootState {
-        let prev = self
-            .progress()
-            .get(progress::PREVIOUS_BOOT)
-            .map(str::to_string);
+        let prev = self.progress().previous_boot.clone();
         let ours = self
             .st
             .boot
@@ -156,7 +153,7 @@ impl Planner<'_> {
     fn drive_boot(&mut self, purpose: BootPurpose, b: &BootRecord) -> Step {
         let limits = self.o.limits;
         if purpose == BootPurpose::Reimage
-            && self.progress().get(progress::NODE_REMOVED_FOR) != Some(&b.id)
+            && self.progress().node_removed_for.as_ref() != Some(&b.id)
         {
             let node = self.node();
             match &self.o.node {
@@ -168,10 +165,10 @@ impl Planner<'_> {
                 NodeObserved::Unknown { .. } => return wait(limits.poll, "target cluster"),
                 NodeObserved::Absent | NodeObserved::NotConfigured => {}
             }
-            self.set_progress(progress::NODE_REMOVED_FOR, b.id.clone());
+            self.set_progress(Mark::NodeRemovedFor(b.id.clone()));
             return again();
         }
-        if self.progress().get(progress::POWER_CYCLED_FOR) != Some(&b.id) {
+        if self.progress().power_cycled_for.as_ref() != Some(&b.id) {
             let BmcObserved::Reachable { power } = self.o.bmc else {
                 return self.wait_bmc();
             };
@@ -195,8 +192,8 @@ impl Planner<'_> {
             self.push(Step::SetBootOnce(BootDevice::Network));
             // The marker goes first: after a crash the power-on is not
             // repeated blindly (see below).
-            self.set_progress(progress::POWER_CYCLED_FOR, b.id.clone());
-            self.set_progress(progress::POWERED_AT, self.now.to_string());
+            self.set_progress(Mark::PowerCycledFor(b.id.clone()));
+            self.set_progress(Mark::PoweredAt(self.now));
             // Written only if the override went through: an earlier
             // refusal no longer holds.
             if self
@@ -210,10 +207,7 @@ impl Planner<'_> {
             self.push(Step::PowerOn);
             return wait(limits.poll, "install");
         }
-        let since = self
-            .progress()
-            .time(progress::POWERED_AT)
-            .unwrap_or(b.minted_at);
+        let since = self.progress().powered_at.unwrap_or(b.minted_at);
         let spent = elapsed(since, self.now);
         if spent >= limits.install_deadline {
             let msg = format!(
@@ -253,13 +247,13 @@ impl Planner<'_> {
         let poll = self.o.limits.poll;
         let asked = self
             .progress()
-            .time(progress::POWER_OFF_AT)
+            .power_off_at
             .filter(|t| since.is_none_or(|s| *t >= s))
             .map(|t| elapsed(t, self.now));
         match asked {
             Some(spent) if spent < poll => wait(power_look(spent, poll), "power off"),
             _ => {
-                self.set_progress(progress::POWER_OFF_AT, self.now.to_string());
+                self.set_progress(Mark::PowerOffAt(self.now));
                 self.push(Step::PowerOff);
                 wait(power_look(std::time::Duration::ZERO, poll), "power off")
             }
@@ -276,13 +270,13 @@ impl Planner<'_> {
 
     fn back_off(&mut self, from: MachinePhase) -> Step {
         let limits = self.o.limits;
-        let attempts = self.progress().count(progress::ATTEMPTS) + 1;
+        let attempts = self.progress().attempts() + 1;
         let after = limits.retry_after(attempts);
-        self.set_progress(progress::ATTEMPTS, attempts.to_string());
+        self.set_progress(Mark::Attempts(attempts));
         let at = self.now.saturating_add(after).unwrap_or(self.now);
-        self.set_progress(progress::RETRY_AT, at.to_string());
+        self.set_progress(Mark::RetryAt(at));
         if attempts >= limits.max_boot_attempts {
-            self.set_progress(progress::ERROR_FROM, from.as_str().to_string());
+            self.set_progress(Mark::ErrorFrom(from));
             self.set_phase(MachinePhase::Error);
         }
         wait(after, "retry backoff")
@@ -296,8 +290,8 @@ impl Planner<'_> {
         }
         let msg = format!("revision {} installed", class.revision);
         self.condition(cond::PROVISIONED, ConditionStatus::True, "Installed", msg);
-        self.clear_progress(progress::ATTEMPTS);
-        self.clear_progress(progress::RETRY_AT);
+        self.clear_progress(MarkKey::Attempts);
+        self.clear_progress(MarkKey::RetryAt);
         self.clear_error();
         if purpose == BootPurpose::Install {
             self.set_phase(MachinePhase::Provisioned);
@@ -371,7 +365,7 @@ impl Planner<'_> {
         self.error("JoinTimeout", msg);
         // A retry installs again: this boot no longer counts for the run.
         if let Some(b) = b {
-            self.set_progress(progress::PREVIOUS_BOOT, b.id.clone());
+            self.set_progress(Mark::PreviousBoot(b.id.clone()));
         }
         let from = if self.phase() == MachinePhase::Reimaging {
             MachinePhase::Reimaging
@@ -379,7 +373,7 @@ impl Planner<'_> {
             MachinePhase::Provisioning
         };
         let next = self.back_off(from);
-        self.set_progress(progress::ERROR_FROM, from.as_str().to_string());
+        self.set_progress(Mark::ErrorFrom(from));
         self.set_phase(MachinePhase::Error);
         Some(next)
     }
@@ -395,9 +389,9 @@ impl Planner<'_> {
         let BmcObserved::Reachable { power } = self.o.bmc else {
             return;
         };
-        if self.progress().get(progress::DISK_BOOT_FOR) != Some(&b.id) {
+        if self.progress().disk_boot_for.as_ref() != Some(&b.id) {
             self.push(Step::SetBootOnce(BootDevice::Disk));
-            self.set_progress(progress::DISK_BOOT_FOR, b.id.clone());
+            self.set_progress(Mark::DiskBootFor(b.id.clone()));
         } else if power == PowerState::Off {
             self.push(Step::PowerOn);
         }
@@ -460,7 +454,7 @@ impl Planner<'_> {
             "Deprovisioned",
             String::new(),
         );
-        self.clear_progress(progress::NODE_REMOVED_FOR);
+        self.clear_progress(MarkKey::NodeRemovedFor);
         self.set_phase(MachinePhase::Available);
         again()
     }

@@ -11,7 +11,8 @@ use jiff::Timestamp;
 
 use super::hw_labels;
 use super::plan::{
-    BmcObserved, BootPurpose, ClassObserved, NodeObserved, Observed, Plan, Step, cond, progress,
+    BmcObserved, BootPurpose, ClassObserved, Mark, MarkKey, NodeObserved, Observed, Plan, Step,
+    cond,
 };
 use crate::api::ConditionStatus;
 use crate::api::condition::find_condition;
@@ -60,22 +61,6 @@ pub(super) fn again() -> Step {
 /// `b - a`, or zero when `b` is not after `a`.
 pub(super) fn elapsed(a: Timestamp, b: Timestamp) -> Duration {
     Duration::try_from(b.duration_since(a)).unwrap_or(Duration::ZERO)
-}
-
-pub(super) fn parse_phase(s: &str) -> Option<MachinePhase> {
-    use MachinePhase::*;
-    [
-        Registering,
-        Available,
-        Provisioning,
-        Provisioned,
-        Ready,
-        Reimaging,
-        Deprovisioning,
-        Error,
-    ]
-    .into_iter()
-    .find(|p| p.as_str() == s)
 }
 
 impl Planner<'_> {
@@ -438,9 +423,9 @@ impl Planner<'_> {
             .boot
             .as_ref()
             .map_or_else(|| "none".to_string(), |b| b.id.clone());
-        self.set_progress(progress::PREVIOUS_BOOT, prev);
-        self.clear_progress(progress::ATTEMPTS);
-        self.clear_progress(progress::RETRY_AT);
+        self.set_progress(Mark::PreviousBoot(prev));
+        self.clear_progress(MarkKey::Attempts);
+        self.clear_progress(MarkKey::RetryAt);
         self.set_phase(phase);
     }
 
@@ -462,14 +447,14 @@ impl Planner<'_> {
                     .as_ref()
                     .and_then(|a| a.get(super::plan::REIMAGE_ANNOTATION))
                     .filter(|v| !v.is_empty())
-                    .filter(|v| self.progress().get(progress::REIMAGE_REQUEST) != Some(v))
+                    .filter(|v| self.progress().reimage_request.as_ref() != Some(*v))
                     .cloned();
                 let changed = !self.runs_wanted(&c.clone());
                 if !changed && request.is_none() {
                     return resync;
                 }
                 if let Some(v) = request {
-                    self.set_progress(progress::REIMAGE_REQUEST, v);
+                    self.set_progress(Mark::ReimageRequest(v));
                 }
                 self.start_run(MachinePhase::Reimaging);
                 again()
@@ -479,7 +464,7 @@ impl Planner<'_> {
 
     /// Wait out the retry backoff, if one is running.
     pub fn retry_gate(&mut self) -> Option<Step> {
-        let at = self.progress().time(progress::RETRY_AT)?;
+        let at = self.progress().retry_at?;
         (at > self.now).then(|| wait(elapsed(self.now, at), "retry backoff"))
     }
 
@@ -489,8 +474,7 @@ impl Planner<'_> {
         }
         let back = self
             .progress()
-            .get(progress::ERROR_FROM)
-            .and_then(parse_phase)
+            .error_from
             .filter(|p| *p != MachinePhase::Error)
             .unwrap_or(MachinePhase::Registering);
         self.set_phase(back);

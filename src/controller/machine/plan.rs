@@ -8,12 +8,11 @@
 //! The crash-safety rule a plan keeps: the executor persists every status
 //! step before it runs the next effect step, and a non-repeatable effect
 //! (a power cycle) is always preceded by a status marker naming the boot it
-//! serves (`progress["powerCycledFor"] = boot id`). After a crash, `decide`
+//! serves (`progress.powerCycledFor = boot id`). After a crash, `decide`
 //! sees the marker and does not cycle again. Repeatable effects (cordon,
 //! drain, delete Node, power on/off, boot override, release address) need no
 //! marker: doing them twice is harmless, and their result is observable.
 
-use std::collections::BTreeMap;
 use std::fmt;
 use std::time::Duration;
 
@@ -33,8 +32,8 @@ use crate::cluster::NodeState;
 pub use crate::api::machine::{FINALIZER, REIMAGE_ANNOTATION};
 pub use crate::api::{BootOutcome, BootPurpose};
 
-/// The `status.progress` keys (their owner: src/api/boot.rs).
-pub use crate::api::boot::progress;
+/// The `status.progress` markers (their owner: src/api/progress.rs).
+pub use crate::api::{BootProgress, Mark, MarkKey};
 
 /// Condition types a Machine carries.
 pub mod cond {
@@ -194,13 +193,8 @@ pub enum Step {
     SetPhase(MachinePhase),
     SetPowerState(PowerState),
     SetCondition(Condition),
-    SetProgress {
-        key: &'static str,
-        value: String,
-    },
-    ClearProgress {
-        key: &'static str,
-    },
+    SetProgress(Mark),
+    ClearProgress(MarkKey),
     RecordError {
         reason: String,
         message: String,
@@ -295,8 +289,8 @@ impl fmt::Display for Step {
             SetPhase(p) => write!(f, "SetPhase({})", p.as_str()),
             SetPowerState(p) => write!(f, "SetPowerState({p:?})"),
             SetCondition(c) => write!(f, "SetCondition({}={}:{})", c.type_, c.status, c.reason),
-            SetProgress { key, value } => write!(f, "SetProgress({key}={value})"),
-            ClearProgress { key } => write!(f, "ClearProgress({key})"),
+            SetProgress(m) => write!(f, "SetProgress({m})"),
+            ClearProgress(k) => write!(f, "ClearProgress({k})"),
             RecordError { reason, .. } => write!(f, "RecordError({reason})"),
             MintBoot { purpose, revision } => {
                 write!(
@@ -475,12 +469,8 @@ pub fn apply_status(status: &mut MachineStatus, step: &Step, now: Timestamp) {
         }
         Step::SetPowerState(p) => status.power_state = Some(*p),
         Step::SetCondition(c) => set_condition(&mut status.conditions, c.clone()),
-        Step::SetProgress { key, value } => {
-            status.progress.insert((*key).to_string(), value.clone());
-        }
-        Step::ClearProgress { key } => {
-            status.progress.remove(*key);
-        }
+        Step::SetProgress(m) => status.progress.set(m.clone()),
+        Step::ClearProgress(k) => status.progress.clear(*k),
         Step::RecordError { reason, message } => {
             status.last_error = Some(LastError {
                 reason: reason.clone(),
@@ -504,20 +494,5 @@ pub fn apply_status(status: &mut MachineStatus, step: &Step, now: Timestamp) {
         Step::SetNodeRef(n) => status.node_ref = Some(LocalObjectReference { name: n.clone() }),
         Step::SetObserved(o) => status.observed = Some(o.clone()),
         _ => {}
-    }
-}
-
-/// `status.progress` as read by `decide`, with typed getters.
-pub(super) struct Progress<'a>(pub &'a BTreeMap<String, String>);
-
-impl Progress<'_> {
-    pub fn get(&self, key: &str) -> Option<&str> {
-        self.0.get(key).map(String::as_str)
-    }
-    pub fn time(&self, key: &str) -> Option<Timestamp> {
-        self.get(key).and_then(|s| s.parse().ok())
-    }
-    pub fn count(&self, key: &str) -> u32 {
-        self.get(key).and_then(|s| s.parse().ok()).unwrap_or(0)
     }
 }

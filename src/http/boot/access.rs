@@ -30,7 +30,6 @@ use std::time::Duration;
 
 use jiff::Timestamp;
 
-use crate::api::boot::progress;
 use crate::api::{BootOutcome, BootPurpose, BootRecord, BootStep, Machine};
 
 use super::token::TokenKey;
@@ -132,14 +131,10 @@ fn v4(ip: IpAddr) -> Option<Ipv4Addr> {
 /// server off. `None`: not yet.
 pub fn armed_at(m: &Machine, boot: &BootRecord) -> Option<Timestamp> {
     let p = &m.status.as_ref()?.progress;
-    if p.get(progress::POWER_CYCLED_FOR) != Some(&boot.id) {
+    if p.power_cycled_for.as_ref() != Some(&boot.id) {
         return None;
     }
-    let at = p
-        .get(progress::POWERED_AT)
-        .and_then(|t| t.parse::<Timestamp>().ok())
-        .unwrap_or(boot.minted_at);
-    Some(at)
+    Some(p.powered_at.unwrap_or(boot.minted_at))
 }
 
 /// When the token of `boot` stops being valid: `ttl` after it became valid,

@@ -49,6 +49,13 @@ impl TokenKey {
     /// Read `<data_dir>/boot-token.key`, creating it (0600, random) when
     /// absent. A key readable by others is tightened to 0600.
     pub fn load_or_create(data_dir: &Path) -> Result<TokenKey, TokenKeyError> {
+        Self::load_or_create_once(data_dir, true)
+    }
+
+    /// One read-or-create; `retry`: when another process creates the file
+    /// between our read and our create, read theirs (once: a file that
+    /// keeps vanishing is an error, not a loop).
+    fn load_or_create_once(data_dir: &Path, retry: bool) -> Result<TokenKey, TokenKeyError> {
         let path = data_dir.join(KEY_FILE);
         let io = |source| TokenKeyError::Io {
             path: path.clone(),
@@ -78,8 +85,8 @@ impl TokenKey {
                 match crate::private_file::create_new(&path, &key) {
                     Ok(()) => Ok(TokenKey { key }),
                     // Another process created it first: theirs is the key.
-                    Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
-                        Self::load_or_create(data_dir)
+                    Err(e) if retry && e.kind() == std::io::ErrorKind::AlreadyExists => {
+                        Self::load_or_create_once(data_dir, false)
                     }
                     Err(e) => Err(io(e)),
                 }

@@ -5,7 +5,9 @@
 //! plan without writes. Also the two facts about the object every decision
 //! asks: its finalizer and its Node's name.
 
-use super::super::plan::{FINALIZER, Progress, Step, apply_status, cond, node_name};
+use super::super::plan::{
+    BootProgress, FINALIZER, Mark, MarkKey, Step, apply_status, cond, node_name,
+};
 use super::Planner;
 use crate::api::condition::find_condition;
 use crate::api::{Condition, ConditionStatus, MachinePhase};
@@ -20,8 +22,9 @@ impl Planner<'_> {
         self.st.phase.unwrap_or_default()
     }
 
-    pub fn progress(&self) -> Progress<'_> {
-        Progress(&self.st.progress)
+    /// `status.progress` as planned so far.
+    pub fn progress(&self) -> &BootProgress {
+        &self.st.progress
     }
 
     pub fn set_phase(&mut self, p: MachinePhase) {
@@ -54,15 +57,15 @@ impl Planner<'_> {
         }));
     }
 
-    pub fn set_progress(&mut self, key: &'static str, value: String) {
-        if self.st.progress.get(key) != Some(&value) {
-            self.push(Step::SetProgress { key, value });
+    pub fn set_progress(&mut self, mark: Mark) {
+        if !self.st.progress.has(&mark) {
+            self.push(Step::SetProgress(mark));
         }
     }
 
-    pub fn clear_progress(&mut self, key: &'static str) {
-        if self.st.progress.contains_key(key) {
-            self.push(Step::ClearProgress { key });
+    pub fn clear_progress(&mut self, key: MarkKey) {
+        if self.st.progress.contains(key) {
+            self.push(Step::ClearProgress(key));
         }
     }
 

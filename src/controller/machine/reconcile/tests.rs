@@ -278,7 +278,7 @@ async fn the_power_cycle_marker_is_durable_before_a_failed_power_on() {
     assert_eq!(boot.purpose, crate::api::BootPurpose::Install);
     assert!(holds_boot_slot(&st));
     assert_eq!(
-        st.progress.get("powerCycledFor").map(String::as_str),
+        st.progress.power_cycled_for.as_deref(),
         Some(boot.id.as_str()),
         "the marker was written before the power action"
     );
@@ -318,7 +318,7 @@ async fn a_refused_boot_override_fails_the_boot_without_a_power_on_and_keeps_its
     assert_eq!(next, Requeue::After(Limits::default().bmc_retry));
     bmc.verify().unwrap();
     let st = get(&e, "m1").await.status.unwrap();
-    assert!(!st.progress.contains_key("powerCycledFor"), "{st:?}");
+    assert!(st.progress.power_cycled_for.is_none(), "{st:?}");
     let err = st.last_error.clone().unwrap();
     assert_eq!(err.reason, "BmcBootOverrideIgnored");
     assert!(
@@ -343,7 +343,7 @@ async fn a_refused_boot_override_fails_the_boot_without_a_power_on_and_keeps_its
     bmc.verify().unwrap();
     let st = get(&e, "m1").await.status.unwrap();
     assert_eq!(st.boot.unwrap().outcome, Some(BootOutcome::Abandoned));
-    assert_eq!(st.progress.get("attempts").map(String::as_str), Some("1"));
+    assert_eq!(st.progress.attempts, Some(1));
     assert_eq!(st.last_error.unwrap().message, err.message);
     assert!(!holds_boot_slot(&get(&e, "m1").await.status.unwrap()));
 }

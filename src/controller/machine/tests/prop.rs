@@ -157,12 +157,12 @@ proptest! {
         check_invariants("generated", &plan);
         check_settles("generated", &m.0, &o.0, now, &plan);
         let st = m.0.status.clone().unwrap_or_default();
-        let marked = st.boot.as_ref().is_some_and(|b| st.progress.get("powerCycledFor") == Some(&b.id));
+        let marked = st.boot.as_ref().is_some_and(|b| st.progress.power_cycled_for.as_ref() == Some(&b.id));
         if marked {
             prop_assert!(!plan.steps.contains(&Step::PowerCycle), "cycled twice for a boot: {plan}");
         }
         // A boot's marker (its token becomes valid) only with the server seen off.
-        let marks = plan.steps.iter().any(|s| matches!(s, Step::SetProgress { key, .. } if *key == "powerCycledFor"));
+        let marks = plan.steps.iter().any(|s| matches!(s, Step::SetProgress(crate::api::Mark::PowerCycledFor(_))));
         if marks {
             prop_assert!(
                 matches!(o.0.bmc, BmcObserved::Reachable { power: PowerState::Off }),

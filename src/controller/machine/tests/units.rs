@@ -191,10 +191,7 @@ fn apply_status_edits_only_status() {
     let now = at(0);
     for s in [
         Step::SetPhase(MachinePhase::Ready),
-        Step::SetProgress {
-            key: "attempts",
-            value: "2".into(),
-        },
+        Step::SetProgress(crate::api::Mark::Attempts(2)),
         Step::MarkProvisioned {
             revision: "r2".into(),
         },
@@ -221,10 +218,14 @@ fn apply_status_edits_only_status() {
         ("False", "Reimaging")
     );
     apply_status(&mut st, &Step::SetPhase(MachinePhase::Ready), now);
-    assert_eq!(st.progress["attempts"], "2");
+    assert_eq!(st.progress.attempts, Some(2));
     assert_eq!(st.provisioned_revision.as_deref(), Some("r2"));
     assert_eq!(st.last_error.as_ref().unwrap().reason, "X");
-    apply_status(&mut st, &Step::ClearProgress { key: "attempts" }, now);
+    apply_status(
+        &mut st,
+        &Step::ClearProgress(crate::api::MarkKey::Attempts),
+        now,
+    );
     apply_status(&mut st, &Step::ClearError, now);
     apply_status(&mut st, &Step::ClearProvisioned, now);
     assert!(st.progress.is_empty() && st.last_error.is_none());

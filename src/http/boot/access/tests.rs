@@ -27,10 +27,8 @@ fn machine(completed: bool, armed: bool) -> Machine {
         ..Default::default()
     };
     if armed {
-        st.progress
-            .insert(progress::POWER_CYCLED_FOR.into(), "boot-1".into());
-        st.progress
-            .insert(progress::POWERED_AT.into(), t(10).to_string());
+        st.progress.power_cycled_for = Some("boot-1".into());
+        st.progress.powered_at = Some(t(10));
     }
     m.status = Some(st);
     m
@@ -104,8 +102,8 @@ fn a_token_is_valid_only_once_the_server_was_powered_on_for_its_boot() {
     // Powered on for an earlier boot only: still not this one's.
     let mut earlier = machine(false, false);
     let p = &mut earlier.status.as_mut().unwrap().progress;
-    p.insert(progress::POWER_CYCLED_FOR.into(), "boot-0".into());
-    p.insert(progress::POWERED_AT.into(), t(-50).to_string());
+    p.power_cycled_for = Some("boot-0".into());
+    p.powered_at = Some(t(-50));
     assert_eq!(
         authorize(&k, &earlier, &ask(&good, "10.77.0.50")),
         Err(Refusal::NotArmed)
