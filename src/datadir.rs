@@ -1,5 +1,6 @@
 //! The data directory's layout: the names of the files `serve` keeps there
-//! (store, API token, server URL, TLS certificates) and the helpers that create them. Shared
+//! (store, API token, server URL, TLS certificates, boot token key, DHCP
+//! leases, image cache) and the helpers that create them. Shared
 //! by `serve` (which writes them) and the CLI (which reads them), so neither
 //! imports the other.
 
@@ -25,6 +26,13 @@ pub const SERVER_KEY_FILE: &str = "server.key";
 /// The key of the per-boot tokens (32 random bytes, mode 0600): created by
 /// boot HTTP, or installed from the shared Secret by the leader.
 pub const BOOT_TOKEN_KEY_FILE: &str = "boot-token.key";
+/// DHCP's lease database (redb), beside the two journal files of
+/// [`DHCP_JOURNAL_FILES`] that every lease change is appended to first.
+pub const DHCP_LEASE_FILE: &str = "dhcp-leases.redb";
+/// DHCP's lease journals, written alternately.
+pub const DHCP_JOURNAL_FILES: [&str; 2] = ["dhcp-leases.journal.0", "dhcp-leases.journal.1"];
+/// Boot HTTP's image cache: verified images named by their sha256.
+pub const IMAGE_CACHE_DIR: &str = "cache";
 
 /// Create the data directory (0700) and prove it is writable, with one
 /// clear line when it is not. The directory holds secrets (API token, boot

@@ -209,11 +209,27 @@ impl fmt::Display for BootPurpose {
     }
 }
 
-/// How long an install may take from power-on to the installer's
-/// `installed` call-home, unless `controller.installDeadlineSeconds` says
-/// otherwise: the Machine controller's deadline, and what boot tokens are
-/// valid for by default (plus a margin).
-pub const DEFAULT_INSTALL_DEADLINE: Duration = Duration::from_secs(30 * 60);
+/// How long the stages of a provisioning may take, unless
+/// `controller.installDeadlineSeconds` and `joinDeadlineSeconds` say
+/// otherwise. The Machine controller fails a boot that overruns them, and
+/// boot HTTP's tokens are valid for the install deadline by default (plus
+/// a margin), so both read them from here.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BootDeadlines {
+    /// From power-on to the installer's `installed` call-home.
+    pub install: Duration,
+    /// From `installed` to a Ready Node (or the `booted` call-home).
+    pub join: Duration,
+}
+
+impl Default for BootDeadlines {
+    fn default() -> Self {
+        BootDeadlines {
+            install: Duration::from_secs(30 * 60),
+            join: Duration::from_secs(20 * 60),
+        }
+    }
+}
 
 #[cfg(test)]
 mod tests;

@@ -86,7 +86,7 @@ pub(super) async fn start(
             .controller
             .as_ref()
             .map(|c| std::time::Duration::from_secs(c.install_deadline_seconds))
-            .unwrap_or(crate::controller::machine::Limits::default().install_deadline);
+            .unwrap_or(crate::api::boot::BootDeadlines::default().install);
         let settings = wire
             .settings_for(data_dir, deadline)
             .context("config boot")?;

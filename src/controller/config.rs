@@ -60,8 +60,8 @@ impl Default for ControllerConfig {
             concurrency: 16,
             resync_seconds: l.resync.as_secs(),
             boot_storm_limit: 50,
-            install_deadline_seconds: l.install_deadline.as_secs(),
-            join_deadline_seconds: l.join_deadline.as_secs(),
+            install_deadline_seconds: l.deadlines.install.as_secs(),
+            join_deadline_seconds: l.deadlines.join.as_secs(),
             max_boot_attempts: l.max_boot_attempts,
             retry_base_seconds: l.retry_base.as_secs(),
             retry_cap_seconds: l.retry_cap.as_secs(),
@@ -132,8 +132,10 @@ impl ControllerConfig {
         }
         let secs = Duration::from_secs;
         let limits = Limits {
-            install_deadline: secs(self.install_deadline_seconds),
-            join_deadline: secs(self.join_deadline_seconds),
+            deadlines: crate::api::boot::BootDeadlines {
+                install: secs(self.install_deadline_seconds),
+                join: secs(self.join_deadline_seconds),
+            },
             resync: secs(self.resync_seconds),
             retry_base: secs(self.retry_base_seconds),
             retry_cap: secs(self.retry_cap_seconds),
@@ -189,8 +191,8 @@ mod tests {
             .unwrap();
         let s = ControllerSettings::try_from(&c).unwrap();
         assert_eq!(s.boot_storm_limit, 500);
-        assert_eq!(s.limits.install_deadline, Duration::from_secs(900));
-        assert_eq!(s.limits.join_deadline, Limits::default().join_deadline);
+        assert_eq!(s.limits.deadlines.install, Duration::from_secs(900));
+        assert_eq!(s.limits.deadlines.join, Limits::default().deadlines.join);
         assert_eq!(
             s.kubeconfig.as_deref(),
             Some(std::path::Path::new("/etc/metalherd/target.kubeconfig"))

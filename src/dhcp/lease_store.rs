@@ -40,9 +40,9 @@ use super::lease::{Lease, LeaseWrite};
 use super::lease_db::{LeaseDb, LeaseDbError};
 
 /// File name of the redb checkpoint inside the data directory.
-pub const LEASE_FILE: &str = "dhcp-leases.redb";
+pub const LEASE_FILE: &str = crate::datadir::DHCP_LEASE_FILE;
 /// File names of the two journals inside the data directory.
-pub const JOURNAL_FILES: [&str; 2] = ["dhcp-leases.journal.0", "dhcp-leases.journal.1"];
+pub const JOURNAL_FILES: [&str; 2] = crate::datadir::DHCP_JOURNAL_FILES;
 /// Records per journal file by default (3 MiB each).
 pub const DEFAULT_RECORDS: usize = 65_536;
 

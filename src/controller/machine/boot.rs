@@ -209,10 +209,10 @@ impl Planner<'_> {
         }
         let since = self.progress().powered_at.unwrap_or(b.minted_at);
         let spent = elapsed(since, self.now);
-        if spent >= limits.install_deadline {
+        if spent >= limits.deadlines.install {
             let msg = format!(
                 "no call-home within {}; {}",
-                fmt_duration(limits.install_deadline),
+                fmt_duration(limits.deadlines.install),
                 boot_timeline(&self.st, &b.id)
             );
             return self.fail_boot(BootOutcome::TimedOut, fail_reason(purpose, true), msg);
@@ -233,7 +233,7 @@ impl Planner<'_> {
         {
             self.push(Step::PowerOn);
         }
-        wait(limits.poll.min(limits.install_deadline - spent), "install")
+        wait(limits.poll.min(limits.deadlines.install - spent), "install")
     }
 
     /// The server is on and must go off: ask, then look again soon. A
@@ -352,15 +352,15 @@ impl Planner<'_> {
         };
         let since = b.and_then(|b| b.completed_at).unwrap_or(self.now);
         let spent = elapsed(since, self.now);
-        if spent < limits.join_deadline {
+        if spent < limits.deadlines.join {
             return Some(wait(
-                limits.poll.min(limits.join_deadline - spent),
+                limits.poll.min(limits.deadlines.join - spent),
                 "node Ready",
             ));
         }
         let msg = format!(
             "{problem} within {} of install",
-            fmt_duration(limits.join_deadline)
+            fmt_duration(limits.deadlines.join)
         );
         self.error("JoinTimeout", msg);
         // A retry installs again: this boot no longer counts for the run.

@@ -29,6 +29,7 @@ use crate::bmc::BootDevice;
 pub use super::class_view::{ClassView, desired_revision};
 use crate::cluster::NodeState;
 
+pub use crate::api::boot::BootDeadlines;
 pub use crate::api::machine::{FINALIZER, REIMAGE_ANNOTATION};
 pub use crate::api::{BootOutcome, BootPurpose};
 
@@ -113,10 +114,8 @@ pub enum NodeObserved {
 /// Deadlines and pacing.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Limits {
-    /// From power-on to the installer's `installed` call-home.
-    pub install_deadline: Duration,
-    /// From `installed` to a Ready Node (or the `booted` call-home).
-    pub join_deadline: Duration,
+    /// Install and join deadlines.
+    pub deadlines: BootDeadlines,
     /// How often to look while waiting for a boot or a Node.
     pub poll: Duration,
     /// How long to wait before asking an unreachable BMC again.
@@ -136,8 +135,7 @@ pub struct Limits {
 impl Default for Limits {
     fn default() -> Self {
         Limits {
-            install_deadline: crate::api::boot::DEFAULT_INSTALL_DEADLINE,
-            join_deadline: Duration::from_secs(20 * 60),
+            deadlines: BootDeadlines::default(),
             poll: Duration::from_secs(15),
             bmc_retry: Duration::from_secs(30),
             // A safety net only: a freed slot wakes its next waiter.

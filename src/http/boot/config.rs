@@ -128,7 +128,7 @@ impl BootConfig {
     /// Validate into the settings the server runs with (tokens default to
     /// the default install deadline plus [`TOKEN_TTL_MARGIN`]).
     pub fn settings(&self, data_dir: &std::path::Path) -> Result<BootSettings, BootConfigError> {
-        let deadline = crate::api::boot::DEFAULT_INSTALL_DEADLINE;
+        let deadline = crate::api::boot::BootDeadlines::default().install;
         self.settings_for(data_dir, deadline)
     }
 

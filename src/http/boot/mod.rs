@@ -96,7 +96,7 @@ impl BootState {
     /// Load (or create) the token key under the data directory.
     pub fn new(settings: BootSettings, deps: BootDeps) -> Result<BootState, BootError> {
         let key = TokenKey::load_or_create(&settings.data_dir)?;
-        let cache = ImageCache::new(settings.data_dir.join("cache"));
+        let cache = ImageCache::new(settings.data_dir.join(crate::datadir::IMAGE_CACHE_DIR));
         let served = once::ServedLog::new(settings.token_ttl);
         Ok(BootState {
             settings,
