@@ -45,11 +45,11 @@ pub async fn serve(global: &crate::cli::GlobalArgs, args: ServeArgs) -> anyhow::
         .unwrap_or_default()
         .history()
         .map_err(|e| anyhow::anyhow!("config: {e}"))?;
-    let mut store_config = args.store_config(&data_dir).map_err(anyhow::Error::msg)?;
+    let mut store_config = args.store_config(&data_dir)?;
     if let StoreConfig::Embedded { history: h, .. } = &mut store_config {
         *h = history;
     }
-    let election = args.leader_election().map_err(anyhow::Error::msg)?;
+    let election = args.leader_election()?;
     let store: Arc<dyn Store> = match crate::store::open(&store_config).await {
         Ok(s) => s,
         Err(e) if matches!(store_config, StoreConfig::Embedded { .. }) => {

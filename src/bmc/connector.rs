@@ -171,7 +171,7 @@ pub async fn connect_address(
     timing: Timing,
 ) -> Result<Box<dyn Bmc>, BmcError> {
     let tls = &opts.tls;
-    match parse_bmc_address(address).map_err(BmcError::Config)? {
+    match parse_bmc_address(address).map_err(|e| BmcError::Config(e.to_string()))? {
         BmcAddress::Redfish { base, system_path } => {
             if base.scheme() == "http" && !matches!(tls, TlsMode::SystemRoots) {
                 tracing::debug!(%base, "TLS settings ignored for plain http");

@@ -341,13 +341,12 @@ impl ApiClient {
         let url = format!("{}{p}", self.base);
         let resp = self.request(Method::GET, &url, None, None).await?;
         let resp = self.check(&url, resp).await?;
-        let chunks: ChunkStream =
-            Box::pin(resp.bytes_stream().map(|r| r.map_err(|e| e.to_string())));
+        let chunks: ChunkStream<reqwest::Error> = Box::pin(resp.bytes_stream());
         let url2 = url.clone();
         let s = lines(chunks).map(move |line| {
-            let line = line.map_err(|detail| ClientError::Http {
+            let line = line.map_err(|e| ClientError::Http {
                 url: url2.clone(),
-                detail,
+                detail: e.to_string(),
             })?;
             let v: Value = serde_json::from_slice(&line).map_err(|e| ClientError::Decode {
                 url: url2.clone(),
@@ -490,10 +489,13 @@ fn encode(s: &str) -> String {
     url::form_urlencoded::byte_serialize(s.as_bytes()).collect()
 }
 
-type ChunkStream = Pin<Box<dyn Stream<Item = Result<bytes::Bytes, String>> + Send>>;
+type ChunkStream<E> = Pin<Box<dyn Stream<Item = Result<bytes::Bytes, E>> + Send>>;
 
-/// Split a stream of byte chunks into lines (without the newline).
-fn lines(chunks: ChunkStream) -> impl Stream<Item = Result<Vec<u8>, String>> + Send {
+/// Split a stream of byte chunks into lines (without the newline). A
+/// stream error ends the lines, passed on as it is.
+fn lines<E: Send + 'static>(
+    chunks: ChunkStream<E>,
+) -> impl Stream<Item = Result<Vec<u8>, E>> + Send {
     futures::stream::unfold(
         (chunks, Vec::<u8>::new(), false),
         |(mut chunks, mut buf, mut done)| async move {
@@ -554,7 +556,7 @@ mod tests {
 
     #[tokio::test]
     async fn lines_split_across_chunks() {
-        let chunks: Vec<Result<bytes::Bytes, String>> = vec![
+        let chunks: Vec<Result<bytes::Bytes, std::convert::Infallible>> = vec![
             Ok(bytes::Bytes::from_static(b"{\"a\":")),
             Ok(bytes::Bytes::from_static(b"1}\n\n{\"b\"")),
             Ok(bytes::Bytes::from_static(b":2}")),

@@ -87,6 +87,17 @@ fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
     Ok(std::time::Duration::from_millis(n * unit))
 }
 
+/// `serve` flags that do not go together.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum ServeFlagsError {
+    #[error("--kubeconfig and --watch-namespace need --store kubernetes")]
+    KubernetesFlagsWithoutKubernetes,
+    #[error("--leader-elect needs --store kubernetes")]
+    LeaderElectWithoutKubernetes,
+    #[error(transparent)]
+    LeaderTiming(#[from] crate::leader::TimingError),
+}
+
 /// The store backends `serve` can run on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum StoreBackend {
@@ -101,12 +112,12 @@ impl ServeArgs {
     pub fn store_config(
         &self,
         data_dir: &std::path::Path,
-    ) -> Result<crate::store::StoreConfig, String> {
+    ) -> Result<crate::store::StoreConfig, ServeFlagsError> {
         use crate::store::StoreConfig;
         match self.store {
             StoreBackend::Embedded => {
                 if self.kubeconfig.is_some() || self.watch_namespace.is_some() {
-                    return Err("--kubeconfig and --watch-namespace need --store kubernetes".into());
+                    return Err(ServeFlagsError::KubernetesFlagsWithoutKubernetes);
                 }
                 Ok(StoreConfig::Embedded {
                     path: data_dir.join(crate::datadir::STORE_FILE),
@@ -123,10 +134,10 @@ impl ServeArgs {
 
     /// The leader election to run: `None` in standalone mode or when
     /// turned off. Bad durations stop here.
-    pub fn leader_election(&self) -> Result<Option<crate::leader::Candidate>, String> {
+    pub fn leader_election(&self) -> Result<Option<crate::leader::Candidate>, ServeFlagsError> {
         let on = match (self.store, self.leader_elect) {
             (StoreBackend::Embedded, Some(true)) => {
-                return Err("--leader-elect needs --store kubernetes".into());
+                return Err(ServeFlagsError::LeaderElectWithoutKubernetes);
             }
             (StoreBackend::Embedded, _) | (_, Some(false)) => false,
             (StoreBackend::Kubernetes, _) => true,
@@ -138,8 +149,7 @@ impl ServeArgs {
             self.leader_lease_duration,
             self.leader_renew_deadline,
             self.leader_retry_period,
-        )
-        .map_err(|e| e.to_string())?;
+        )?;
         Ok(Some(crate::leader::Candidate {
             namespace: self
                 .lease_namespace
@@ -179,7 +189,9 @@ mod tests {
     fn config(args: &[&str]) -> Result<StoreConfig, String> {
         let cli = Cli::try_parse_from(std::iter::once("serve").chain(args.iter().copied()))
             .map_err(|e| e.to_string())?;
-        cli.serve.store_config(std::path::Path::new("/data"))
+        cli.serve
+            .store_config(std::path::Path::new("/data"))
+            .map_err(|e| e.to_string())
     }
 
     #[test]
@@ -208,7 +220,7 @@ mod tests {
     fn election(args: &[&str]) -> Result<Option<crate::leader::Candidate>, String> {
         let cli = Cli::try_parse_from(std::iter::once("serve").chain(args.iter().copied()))
             .map_err(|e| e.to_string())?;
-        cli.serve.leader_election()
+        cli.serve.leader_election().map_err(|e| e.to_string())
     }
 
     #[test]

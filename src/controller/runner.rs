@@ -177,7 +177,7 @@ impl<R: Reconciler> Runner<R> {
         let labels = ControllerLabels { controller: name };
         let mut queue = WorkQueue::new(self.config.backoff, self.config.resync);
         let permits = Arc::new(Semaphore::new(self.config.concurrency.max(1)));
-        let mut tasks: JoinSet<Result<Requeue, String>> = JoinSet::new();
+        let mut tasks: JoinSet<Result<Requeue, R::Error>> = JoinSet::new();
         let mut keys: HashMap<tokio::task::Id, R::Key> = HashMap::new();
         loop {
             let now = Instant::now();
@@ -196,7 +196,7 @@ impl<R: Reconciler> Runner<R> {
                 let span = tracing::info_span!("reconcile", controller = name, key = %key);
                 let task = async move {
                     let _permit = permit;
-                    r.reconcile(&k).await.map_err(|e| e.to_string())
+                    r.reconcile(&k).await
                 };
                 let h = tasks.spawn(task.instrument(span));
                 keys.insert(h.id(), key);

@@ -90,7 +90,7 @@ pub async fn run(opts: &Options, progress: Progress<'_>) -> Report {
     match parse_bmc_address(&opts.address) {
         Err(e) => {
             report.protocol = "?".into();
-            report.push(check("address", Status::Fail, None, e));
+            report.push(check("address", Status::Fail, None, e.to_string()));
             report.finish(Protocol::Any, QuirkSet::default());
         }
         Ok(BmcAddress::Redfish { base, system_path }) => {

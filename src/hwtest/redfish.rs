@@ -53,7 +53,7 @@ pub async fn run(
                 report.push(check("tls", status, None, detail));
                 report.tls = Some(t);
             }
-            Err(e) => report.push(check("tls", Status::Fail, None, e)),
+            Err(e) => report.push(check("tls", Status::Fail, None, e.to_string())),
         }
     } else {
         report.push(check(
@@ -66,7 +66,7 @@ pub async fn run(
     let http = match http_client(&opts.tls, &opts.timing) {
         Ok(c) => c,
         Err(e) => {
-            report.push(check("login-basic", Status::Fail, None, e));
+            report.push(check("login-basic", Status::Fail, None, e.to_string()));
             return QuirkSet::default();
         }
     };

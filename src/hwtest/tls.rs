@@ -98,6 +98,33 @@ fn pem(der: &[u8]) -> String {
     out
 }
 
+/// Why no certificate chain could be read from the BMC (a failed
+/// verification is not one: it is part of the report).
+#[derive(Debug, thiserror::Error)]
+pub enum InspectError {
+    #[error(transparent)]
+    Config(rustls::Error),
+    #[error("server name {host:?}: {source}")]
+    ServerName {
+        host: String,
+        source: rustls::pki_types::InvalidDnsNameError,
+    },
+    #[error("connect to {host}:{port} timed out")]
+    ConnectTimeout { host: String, port: u16 },
+    #[error("connect to {host}:{port}: {source}")]
+    Connect {
+        host: String,
+        port: u16,
+        source: std::io::Error,
+    },
+    #[error("TLS handshake timed out")]
+    HandshakeTimeout,
+    #[error("TLS handshake: {0}")]
+    Handshake(#[source] std::io::Error),
+    #[error("the BMC sent no certificate")]
+    NoCertificate,
+}
+
 /// Inspect the TLS of `host:port`. `ca_pem`: the CA bundle the operator
 /// means to use (else the system's roots).
 pub async fn inspect(
@@ -105,7 +132,7 @@ pub async fn inspect(
     port: u16,
     ca_pem: Option<&str>,
     timeout: Duration,
-) -> Result<TlsReport, String> {
+) -> Result<TlsReport, InspectError> {
     crate::bmc::redfish::client::install_crypto_provider();
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let recorder = Arc::new(Recorder {
@@ -114,23 +141,33 @@ pub async fn inspect(
     });
     let config = rustls::ClientConfig::builder_with_provider(provider.clone())
         .with_safe_default_protocol_versions()
-        .map_err(|e| e.to_string())?
+        .map_err(InspectError::Config)?
         .dangerous()
         .with_custom_certificate_verifier(recorder.clone())
         .with_no_client_auth();
     let name =
-        ServerName::try_from(host.to_string()).map_err(|e| format!("server name {host:?}: {e}"))?;
+        ServerName::try_from(host.to_string()).map_err(|source| InspectError::ServerName {
+            host: host.to_string(),
+            source,
+        })?;
     let tcp = tokio::time::timeout(timeout, tokio::net::TcpStream::connect((host, port)))
         .await
-        .map_err(|_| format!("connect to {host}:{port} timed out"))?
-        .map_err(|e| format!("connect to {host}:{port}: {e}"))?;
+        .map_err(|_| InspectError::ConnectTimeout {
+            host: host.to_string(),
+            port,
+        })?
+        .map_err(|source| InspectError::Connect {
+            host: host.to_string(),
+            port,
+            source,
+        })?;
     let connector = tokio_rustls::TlsConnector::from(Arc::new(config));
     tokio::time::timeout(timeout, connector.connect(name.clone(), tcp))
         .await
-        .map_err(|_| "TLS handshake timed out".to_string())?
-        .map_err(|e| format!("TLS handshake: {e}"))?;
+        .map_err(|_| InspectError::HandshakeTimeout)?
+        .map_err(InspectError::Handshake)?;
     let chain: Vec<Vec<u8>> = recorder.chain.lock().map(|c| c.clone()).unwrap_or_default();
-    let leaf = chain.first().ok_or("the BMC sent no certificate")?;
+    let leaf = chain.first().ok_or(InspectError::NoCertificate)?;
     let top = chain.last().unwrap_or(leaf);
     let leaf_der = CertificateDer::from(leaf.as_slice());
     let names: Vec<String> = webpki::EndEntityCert::try_from(&leaf_der)

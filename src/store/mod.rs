@@ -56,12 +56,19 @@ pub struct StoreSettings {
     pub watch_history: Option<u64>,
 }
 
+/// A `store:` section that cannot be used.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum StoreSettingsError {
+    #[error("store.watchHistory must be at least 1")]
+    NoWatchHistory,
+}
+
 impl StoreSettings {
     /// The history to keep, checked.
-    pub fn history(&self) -> Result<u64, String> {
+    pub fn history(&self) -> Result<u64, StoreSettingsError> {
         match self.watch_history {
             None => Ok(embedded::DEFAULT_HISTORY),
-            Some(0) => Err("store.watchHistory must be at least 1".into()),
+            Some(0) => Err(StoreSettingsError::NoWatchHistory),
             Some(n) => Ok(n),
         }
     }

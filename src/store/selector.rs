@@ -29,7 +29,22 @@ pub struct Selector(pub Vec<Requirement>);
 #[error("invalid label selector {selector:?}: {reason}")]
 pub struct SelectorError {
     pub selector: String,
-    pub reason: String,
+    pub reason: SelectorReason,
+}
+
+/// What is wrong in a selector.
+#[derive(Clone, Debug, thiserror::Error, PartialEq, Eq)]
+pub enum SelectorReason {
+    #[error("bad key {0:?}")]
+    BadKey(String),
+    #[error("bad value {0:?}")]
+    BadValue(String),
+    #[error("expected a set in parentheses")]
+    NotASet,
+    #[error("for 'gt', 'lt' operators, the value must be an integer, not {0:?}")]
+    NotAnInteger(String),
+    #[error("unknown operator {0:?}")]
+    UnknownOperator(String),
 }
 
 impl Selector {
@@ -39,9 +54,9 @@ impl Selector {
 
     /// Parse the string form used by `-l` and `?labelSelector=`.
     pub fn parse(s: &str) -> Result<Selector, SelectorError> {
-        let err = |reason: &str| SelectorError {
+        let err = |reason| SelectorError {
             selector: s.to_string(),
-            reason: reason.to_string(),
+            reason,
         };
         let mut reqs = Vec::new();
         for part in split_top(s) {
@@ -50,39 +65,33 @@ impl Selector {
                 continue;
             }
             let req = if let Some(k) = part.strip_prefix('!') {
-                Requirement::NotExists(check_key(k.trim()).map_err(|r| err(&r))?)
+                Requirement::NotExists(check_key(k.trim()).map_err(err)?)
             } else if let Some((k, rest)) = split_word(part, " notin ") {
-                Requirement::NotIn(
-                    check_key(k).map_err(|r| err(&r))?,
-                    parse_set(rest).map_err(|r| err(&r))?,
-                )
+                Requirement::NotIn(check_key(k).map_err(err)?, parse_set(rest).map_err(err)?)
             } else if let Some((k, rest)) = split_word(part, " in ") {
-                Requirement::In(
-                    check_key(k).map_err(|r| err(&r))?,
-                    parse_set(rest).map_err(|r| err(&r))?,
-                )
+                Requirement::In(check_key(k).map_err(err)?, parse_set(rest).map_err(err)?)
             } else if let Some((k, v)) = part.split_once('>') {
                 Requirement::Gt(
-                    check_key(k.trim()).map_err(|r| err(&r))?,
-                    integer(v.trim()).map_err(|r| err(&r))?,
+                    check_key(k.trim()).map_err(err)?,
+                    integer(v.trim()).map_err(err)?,
                 )
             } else if let Some((k, v)) = part.split_once('<') {
                 Requirement::Lt(
-                    check_key(k.trim()).map_err(|r| err(&r))?,
-                    integer(v.trim()).map_err(|r| err(&r))?,
+                    check_key(k.trim()).map_err(err)?,
+                    integer(v.trim()).map_err(err)?,
                 )
             } else if let Some((k, v)) = part.split_once("!=") {
                 Requirement::NotEq(
-                    check_key(k.trim()).map_err(|r| err(&r))?,
-                    check_value(v.trim()).map_err(|r| err(&r))?,
+                    check_key(k.trim()).map_err(err)?,
+                    check_value(v.trim()).map_err(err)?,
                 )
             } else if let Some((k, v)) = part.split_once("==").or_else(|| part.split_once('=')) {
                 Requirement::Eq(
-                    check_key(k.trim()).map_err(|r| err(&r))?,
-                    check_value(v.trim()).map_err(|r| err(&r))?,
+                    check_key(k.trim()).map_err(err)?,
+                    check_value(v.trim()).map_err(err)?,
                 )
             } else {
-                Requirement::Exists(check_key(part).map_err(|r| err(&r))?)
+                Requirement::Exists(check_key(part).map_err(err)?)
             };
             reqs.push(req);
         }
@@ -105,7 +114,7 @@ impl Selector {
                 other => {
                     return Err(SelectorError {
                         selector: format!("{ls:?}"),
-                        reason: format!("unknown operator {other:?}"),
+                        reason: SelectorReason::UnknownOperator(other.to_string()),
                     });
                 }
             });
@@ -189,18 +198,18 @@ fn split_word<'a>(s: &'a str, word: &str) -> Option<(&'a str, &'a str)> {
         .map(|i| (s[..i].trim(), s[i + word.len()..].trim()))
 }
 
-fn parse_set(s: &str) -> Result<Vec<String>, String> {
+fn parse_set(s: &str) -> Result<Vec<String>, SelectorReason> {
     let inner = s
         .strip_prefix('(')
         .and_then(|x| x.strip_suffix(')'))
-        .ok_or_else(|| "expected a set in parentheses".to_string())?;
+        .ok_or(SelectorReason::NotASet)?;
     inner.split(',').map(|v| check_value(v.trim())).collect()
 }
 
 /// The value of `gt`/`lt`: an integer, as kube-apiserver requires.
-fn integer(v: &str) -> Result<i64, String> {
+fn integer(v: &str) -> Result<i64, SelectorReason> {
     v.parse()
-        .map_err(|_| format!("for 'gt', 'lt' operators, the value must be an integer, not {v:?}"))
+        .map_err(|_| SelectorReason::NotAnInteger(v.to_string()))
 }
 
 /// A label's value as an integer; a label that is not one matches neither
@@ -209,7 +218,7 @@ fn int_label(labels: &BTreeMap<String, String>, k: &str) -> Option<i64> {
     labels.get(k)?.parse().ok()
 }
 
-fn check_key(k: &str) -> Result<String, String> {
+fn check_key(k: &str) -> Result<String, SelectorReason> {
     let ok = !k.is_empty()
         && k.len() <= 317
         && k.bytes()
@@ -217,18 +226,18 @@ fn check_key(k: &str) -> Result<String, String> {
     if ok {
         Ok(k.to_string())
     } else {
-        Err(format!("bad key {k:?}"))
+        Err(SelectorReason::BadKey(k.to_string()))
     }
 }
 
-fn check_value(v: &str) -> Result<String, String> {
+fn check_value(v: &str) -> Result<String, SelectorReason> {
     let ok = v.len() <= 63
         && v.bytes()
             .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'));
     if ok {
         Ok(v.to_string())
     } else {
-        Err(format!("bad value {v:?}"))
+        Err(SelectorReason::BadValue(v.to_string()))
     }
 }
 
@@ -270,5 +279,13 @@ mod tests {
         assert!(Selector::parse("a=b c").is_err());
         assert!(Selector::parse("=x").is_err());
         assert!(Selector::parse("gen>x").is_err());
+        assert_eq!(
+            Selector::parse("a in b").unwrap_err().to_string(),
+            r#"invalid label selector "a in b": expected a set in parentheses"#
+        );
+        assert_eq!(
+            Selector::parse("gen>x").unwrap_err().reason,
+            SelectorReason::NotAnInteger("x".into())
+        );
     }
 }

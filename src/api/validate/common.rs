@@ -22,9 +22,14 @@ pub fn is_dns_subdomain(s: &str) -> bool {
     s.len() <= 253 && s.split('.').all(is_dns_label)
 }
 
+/// A version string that is not dotted numbers.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("malformed version {0:?} (expected dotted numbers like \"v1.33.2\")")]
+pub struct MalformedVersion(pub String);
+
 /// Check a version string like `v1.33.2`, `1.7.27` or `4230.2.3`: dotted
 /// numbers, optional leading `v`, optional `-suffix`.
-pub fn check_version(s: &str) -> Result<(), String> {
+pub fn check_version(s: &str) -> Result<(), MalformedVersion> {
     let core = s.strip_prefix('v').unwrap_or(s);
     let core = core.split(['-', '+']).next().unwrap_or_default();
     let parts: Vec<&str> = core.split('.').collect();
@@ -34,9 +39,7 @@ pub fn check_version(s: &str) -> Result<(), String> {
             .iter()
             .any(|p| p.is_empty() || !p.bytes().all(|b| b.is_ascii_digit()))
     {
-        return Err(format!(
-            "malformed version {s:?} (expected dotted numbers like \"v1.33.2\")"
-        ));
+        return Err(MalformedVersion(s.to_string()));
     }
     Ok(())
 }
@@ -45,7 +48,7 @@ pub(super) fn validate_overrides(o: &MachineOverrides, at: &str, errs: &mut Vali
     if let Some(v) = &o.kubelet_version
         && let Err(e) = check_version(v)
     {
-        errs.push(format!("{at}.kubeletVersion"), e);
+        errs.push(format!("{at}.kubeletVersion"), e.to_string());
     }
     if let Some(rt) = &o.container_runtime {
         validate_runtime(rt, &format!("{at}.containerRuntime"), errs);
@@ -66,7 +69,7 @@ pub(super) fn validate_runtime(rt: &ContainerRuntime, at: &str, errs: &mut Valid
         );
     }
     if let Err(e) = check_version(&rt.version) {
-        errs.push(format!("{at}.version"), e);
+        errs.push(format!("{at}.version"), e.to_string());
     }
 }
 
@@ -133,7 +136,7 @@ pub(super) fn validate_image(img: &OsImage, at: &str, errs: &mut ValidationError
         );
     }
     if let Err(e) = check_version(&img.version) {
-        errs.push(format!("{at}.version"), e);
+        errs.push(format!("{at}.version"), e.to_string());
     }
     for (a, name) in [(&img.kernel, "kernel"), (&img.initrd, "initrd")] {
         let at = format!("{at}.{name}");

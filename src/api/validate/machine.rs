@@ -22,12 +22,32 @@ pub enum BmcAddress {
     },
 }
 
+/// Why a `spec.bmc.address` is refused.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum BmcAddressError {
+    #[error("not a URL ({source}): {address:?}")]
+    NotAUrl {
+        address: String,
+        source: url::ParseError,
+    },
+    #[error("{0:?} has no host")]
+    NoHost(String),
+    #[error("path {0:?} is not a Redfish path (expected /redfish/v1/Systems/ID)")]
+    NotRedfishPath(String),
+    #[error("unsupported scheme {0:?} (use redfish+https, redfish+http or ipmi)")]
+    UnsupportedScheme(String),
+}
+
 /// Parse and check a `spec.bmc.address`.
-pub fn parse_bmc_address(s: &str) -> Result<BmcAddress, String> {
-    let u = url::Url::parse(s).map_err(|e| format!("not a URL ({e}): {s:?}"))?;
+pub fn parse_bmc_address(s: &str) -> Result<BmcAddress, BmcAddressError> {
+    let not_a_url = |source| BmcAddressError::NotAUrl {
+        address: s.to_string(),
+        source,
+    };
+    let u = url::Url::parse(s).map_err(not_a_url)?;
     let host = match u.host_str() {
         Some(h) if !h.is_empty() => h.to_string(),
-        _ => return Err(format!("{s:?} has no host")),
+        _ => return Err(BmcAddressError::NoHost(s.to_string())),
     };
     match u.scheme() {
         "redfish+https" | "redfish+http" | "redfish" => {
@@ -37,17 +57,14 @@ pub fn parse_bmc_address(s: &str) -> Result<BmcAddress, String> {
                 "https"
             };
             let port = u.port().map(|p| format!(":{p}")).unwrap_or_default();
-            let base = url::Url::parse(&format!("{scheme}://{host}{port}"))
-                .map_err(|e| format!("not a URL ({e}): {s:?}"))?;
+            let base = url::Url::parse(&format!("{scheme}://{host}{port}")).map_err(not_a_url)?;
             let path = u.path().trim_end_matches('/');
             let system_path = if path.is_empty() {
                 None
             } else if path.starts_with("/redfish/v1/") {
                 Some(path.to_string())
             } else {
-                return Err(format!(
-                    "path {path:?} is not a Redfish path (expected /redfish/v1/Systems/ID)"
-                ));
+                return Err(BmcAddressError::NotRedfishPath(path.to_string()));
             };
             Ok(BmcAddress::Redfish { base, system_path })
         }
@@ -55,16 +72,14 @@ pub fn parse_bmc_address(s: &str) -> Result<BmcAddress, String> {
             host,
             port: u.port().unwrap_or(623),
         }),
-        other => Err(format!(
-            "unsupported scheme {other:?} (use redfish+https, redfish+http or ipmi)"
-        )),
+        other => Err(BmcAddressError::UnsupportedScheme(other.to_string())),
     }
 }
 
 pub(super) fn validate_machine_spec(spec: &MachineSpec) -> Result<(), ValidationErrors> {
     let mut errs = ValidationErrors::default();
     if let Err(e) = parse_bmc_address(&spec.bmc.address) {
-        errs.push("spec.bmc.address", e);
+        errs.push("spec.bmc.address", e.to_string());
     }
     if spec.bmc.credentials_secret_ref.name.is_empty() {
         errs.push(

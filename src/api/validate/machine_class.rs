@@ -11,7 +11,7 @@ pub(super) fn validate_class_spec(spec: &MachineClassSpec) -> Result<(), Validat
     let mut errs = ValidationErrors::default();
     validate_image(&spec.image, "spec.image", &mut errs);
     if let Err(e) = check_version(&spec.kubernetes.version) {
-        errs.push("spec.kubernetes.version", e);
+        errs.push("spec.kubernetes.version", e.to_string());
     }
     validate_runtime(&spec.container_runtime, "spec.containerRuntime", &mut errs);
     if spec.join.api_server_endpoint.is_empty() {

@@ -50,7 +50,7 @@ pub(super) fn validate_set_spec(spec: &MachineSetSpec) -> Result<(), ValidationE
     if let Some(m) = &us.max_unavailable
         && let Err(e) = parse_max_unavailable(m)
     {
-        errs.push("spec.updateStrategy.maxUnavailable", e);
+        errs.push("spec.updateStrategy.maxUnavailable", e.to_string());
     }
     if let Some(d) = us.progress_deadline_seconds
         && d < 1
@@ -115,11 +115,20 @@ impl MaxUnavailable {
     }
 }
 
+/// Why a `maxUnavailable` is refused.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum MaxUnavailableError {
+    #[error("must be 1 or more, got {0}")]
+    TooSmall(i32),
+    #[error("{0:?} is neither a count (2) nor a percentage (25%)")]
+    NotACountOrPercentage(String),
+}
+
 /// Read `maxUnavailable`: a count of 1 or more, or `"N%"` with N in 1..=100.
-pub fn parse_max_unavailable(v: &IntOrString) -> Result<MaxUnavailable, String> {
+pub fn parse_max_unavailable(v: &IntOrString) -> Result<MaxUnavailable, MaxUnavailableError> {
     match v {
         IntOrString::Int(n) if *n >= 1 => Ok(MaxUnavailable::Count(n.unsigned_abs())),
-        IntOrString::Int(n) => Err(format!("must be 1 or more, got {n}")),
+        IntOrString::Int(n) => Err(MaxUnavailableError::TooSmall(*n)),
         IntOrString::String(s) => {
             let pct = s
                 .strip_suffix('%')
@@ -132,7 +141,7 @@ pub fn parse_max_unavailable(v: &IntOrString) -> Result<MaxUnavailable, String> 
                     .ok()
                     .filter(|n| *n >= 1)
                     .map(MaxUnavailable::Count)
-                    .ok_or_else(|| format!("{s:?} is neither a count (2) nor a percentage (25%)")),
+                    .ok_or_else(|| MaxUnavailableError::NotACountOrPercentage(s.clone())),
             }
         }
     }

@@ -25,9 +25,9 @@ mod machine_class;
 mod machine_set;
 
 pub use builtin::decode_strict;
-pub use common::{check_version, is_dns_label, is_dns_subdomain};
-pub use machine::{BmcAddress, parse_bmc_address};
-pub use machine_set::{MaxUnavailable, parse_max_unavailable};
+pub use common::{MalformedVersion, check_version, is_dns_label, is_dns_subdomain};
+pub use machine::{BmcAddress, BmcAddressError, parse_bmc_address};
+pub use machine_set::{MaxUnavailable, MaxUnavailableError, parse_max_unavailable};
 
 /// One problem with one field.
 #[derive(Clone, Debug, PartialEq, Eq)]

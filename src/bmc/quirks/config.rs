@@ -187,9 +187,10 @@ impl QuirkEntryConfig {
             m => m.as_ref().map(|s| s.trim().to_string()),
         };
         let firmware = match &self.matches.firmware {
-            Some(f) => {
-                Some(VersionRange::parse(f).map_err(|m| err(format!("{at}.match.firmware"), m))?)
-            }
+            Some(f) => Some(
+                VersionRange::parse(f)
+                    .map_err(|e| err(format!("{at}.match.firmware"), e.to_string()))?,
+            ),
             None => None,
         };
         if let Some(s) = self.power_settle_seconds

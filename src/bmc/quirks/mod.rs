@@ -20,7 +20,7 @@ use std::time::Duration;
 use serde::Serialize;
 
 pub use config::{BmcConfig, BmcSettings, QuirkConfigError};
-pub use version::VersionRange;
+pub use version::{VersionRange, VersionRangeError};
 
 /// Which driver an entry is for.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, serde::Deserialize)]

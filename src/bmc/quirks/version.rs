@@ -23,6 +23,19 @@ struct Bound {
     version: String,
 }
 
+/// Why a firmware version range does not parse.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum VersionRangeError {
+    /// A comparison with nothing in it (an empty range, two commas in a row).
+    #[error("empty comparison in {range:?}")]
+    EmptyComparison { range: String },
+    /// A comparison without a version (an operator alone, or separators only).
+    #[error("{comparison:?} names no version (write e.g. \">=4.0, <4.40\")")]
+    NoVersion { comparison: String },
+    #[error("{comparison:?} has two operators")]
+    TwoOperators { comparison: String },
+}
+
 /// A firmware version range, as written in the config.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct VersionRange {
@@ -31,12 +44,14 @@ pub struct VersionRange {
 }
 
 impl VersionRange {
-    pub fn parse(text: &str) -> Result<VersionRange, String> {
+    pub fn parse(text: &str) -> Result<VersionRange, VersionRangeError> {
         let mut bounds = Vec::new();
         for part in text.split(',') {
             let p = part.trim();
             if p.is_empty() {
-                return Err(format!("empty comparison in {text:?}"));
+                return Err(VersionRangeError::EmptyComparison {
+                    range: text.to_string(),
+                });
             }
             let (op, rest) = if let Some(r) = p.strip_prefix(">=") {
                 (Op::Ge, r)
@@ -53,12 +68,14 @@ impl VersionRange {
             };
             let version = rest.trim();
             if version.is_empty() || parts(version).next().is_none() {
-                return Err(format!(
-                    "{p:?} names no version (write e.g. \">=4.0, <4.40\")"
-                ));
+                return Err(VersionRangeError::NoVersion {
+                    comparison: p.to_string(),
+                });
             }
             if version.starts_with(['<', '>', '=']) {
-                return Err(format!("{p:?} has two operators"));
+                return Err(VersionRangeError::TwoOperators {
+                    comparison: p.to_string(),
+                });
             }
             bounds.push(Bound {
                 op,

@@ -44,9 +44,9 @@ pub struct Reply {
 
 impl Reply {
     pub fn json<T: DeserializeOwned>(&self, address: &str) -> Result<T, BmcError> {
-        model::decode(&self.body).map_err(|detail| BmcError::Protocol {
+        model::decode(&self.body).map_err(|e| BmcError::Protocol {
             address: address.to_string(),
-            detail,
+            detail: e.to_string(),
         })
     }
 }
@@ -104,12 +104,23 @@ static CLIENTS: std::sync::LazyLock<
 /// in use stay alive through their drivers).
 const MAX_CACHED_CLIENTS: usize = 512;
 
+/// Why no HTTP client could be built for a BMC's TLS settings.
+#[derive(Debug, thiserror::Error)]
+pub enum ClientBuildError {
+    #[error("CA bundle: {0}")]
+    CaBundle(#[source] reqwest::Error),
+    #[error("CA bundle holds no certificate")]
+    EmptyCaBundle,
+    #[error("HTTP client: {0}")]
+    Build(#[source] reqwest::Error),
+}
+
 /// The HTTP client the driver would use for these TLS settings (shared).
-pub fn http_client(tls: &TlsMode, timing: &Timing) -> Result<reqwest::Client, String> {
+pub fn http_client(tls: &TlsMode, timing: &Timing) -> Result<reqwest::Client, ClientBuildError> {
     shared_client(tls, timing)
 }
 
-fn shared_client(tls: &TlsMode, timing: &Timing) -> Result<reqwest::Client, String> {
+fn shared_client(tls: &TlsMode, timing: &Timing) -> Result<reqwest::Client, ClientBuildError> {
     let key = (tls.clone(), timing.request_timeout);
     if let Ok(cache) = CLIENTS.lock()
         && let Some(c) = cache.get(&key)
@@ -126,7 +137,7 @@ fn shared_client(tls: &TlsMode, timing: &Timing) -> Result<reqwest::Client, Stri
     Ok(client)
 }
 
-fn build_client(tls: &TlsMode, timing: &Timing) -> Result<reqwest::Client, String> {
+fn build_client(tls: &TlsMode, timing: &Timing) -> Result<reqwest::Client, ClientBuildError> {
     install_crypto_provider();
     let mut b = reqwest::Client::builder()
         .timeout(timing.request_timeout)
@@ -139,15 +150,15 @@ fn build_client(tls: &TlsMode, timing: &Timing) -> Result<reqwest::Client, Strin
         TlsMode::SystemRoots => {}
         TlsMode::CaBundle(pem) => {
             let certs = reqwest::Certificate::from_pem_bundle(pem.as_bytes())
-                .map_err(|e| format!("CA bundle: {e}"))?;
+                .map_err(ClientBuildError::CaBundle)?;
             if certs.is_empty() {
-                return Err("CA bundle holds no certificate".into());
+                return Err(ClientBuildError::EmptyCaBundle);
             }
             b = b.tls_certs_only(certs);
         }
         TlsMode::Insecure => b = b.tls_danger_accept_invalid_certs(true),
     }
-    b.build().map_err(|e| format!("HTTP client: {e}"))
+    b.build().map_err(ClientBuildError::Build)
 }
 
 impl Transport {

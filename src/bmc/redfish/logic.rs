@@ -11,15 +11,24 @@ use crate::api::{CpuInfo, DiskInfo, Inventory, NicInfo};
 use crate::bmc::quirks::{BootModeWithOverride, Quirks};
 use crate::bmc::{BootDevice, FirmwareMode, PowerAction, PowerState};
 
+/// A `PowerState` that cannot be read; reported as a malformed answer.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum PowerStateError {
+    #[error("unknown PowerState {0:?}")]
+    Unknown(String),
+    #[error("system has no PowerState")]
+    Missing,
+}
+
 /// Read a Redfish `PowerState`. Transitional states count as not yet there
 /// (`Unknown`); a value outside the schema is an error the caller reports.
-pub fn parse_power_state(v: Option<&str>) -> Result<PowerState, String> {
+pub fn parse_power_state(v: Option<&str>) -> Result<PowerState, PowerStateError> {
     match v {
         Some("On") => Ok(PowerState::On),
         Some("Off") => Ok(PowerState::Off),
         Some("PoweringOn") | Some("PoweringOff") | Some("Paused") => Ok(PowerState::Unknown),
-        Some(other) => Err(format!("unknown PowerState {other:?}")),
-        None => Err("system has no PowerState".to_string()),
+        Some(other) => Err(PowerStateError::Unknown(other.to_string())),
+        None => Err(PowerStateError::Missing),
     }
 }
 
@@ -32,6 +41,22 @@ pub enum PowerPlan {
     Reset(String),
 }
 
+/// No ResetType fits a power action; reported as `Unsupported`, so the
+/// message completes "BMC ... does not support".
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum NoResetType {
+    /// Nothing to send for the action: its preference list is empty.
+    #[error("no ResetType for {action:?}")]
+    NonePreferred { action: PowerAction },
+    /// The BMC allows none of the ResetTypes preferred for the action.
+    #[error("power {action:?}: none of {preferred:?} is among the allowed ResetTypes {allowed:?}")]
+    NoneAllowed {
+        action: PowerAction,
+        preferred: Vec<String>,
+        allowed: Vec<String>,
+    },
+}
+
 /// Choose the ResetType for `action` from what the BMC allows (empty when it
 /// does not say: then the first preference is sent).
 pub fn plan_power(
@@ -39,7 +64,7 @@ pub fn plan_power(
     current: PowerState,
     allowed: &[String],
     quirks: &Quirks,
-) -> Result<PowerPlan, String> {
+) -> Result<PowerPlan, NoResetType> {
     const FORCE_OFF: &[&str] = &["ForceOff"];
     const RESET: &[&str] = &["ForceRestart", "GracefulRestart", "PowerCycle"];
     let on: Vec<&str> = quirks.on_reset_types.iter().map(String::as_str).collect();
@@ -70,16 +95,16 @@ pub fn plan_power(
         return prefs
             .first()
             .map(|s| PowerPlan::Reset((*s).to_string()))
-            .ok_or_else(|| format!("no ResetType for {action:?}"));
+            .ok_or(NoResetType::NonePreferred { action });
     }
     prefs
         .iter()
         .find(|p| allowed.iter().any(|a| a == *p))
         .map(|s| PowerPlan::Reset((*s).to_string()))
-        .ok_or_else(|| {
-            format!(
-                "power {action:?}: none of {prefs:?} is among the allowed ResetTypes {allowed:?}"
-            )
+        .ok_or_else(|| NoResetType::NoneAllowed {
+            action,
+            preferred: prefs.iter().map(|p| (*p).to_string()).collect(),
+            allowed: allowed.to_vec(),
         })
 }
 

@@ -194,7 +194,8 @@ impl RedfishBmc {
     }
 
     fn power_of(&self, sys: &ComputerSystem) -> Result<PowerState, BmcError> {
-        logic::parse_power_state(sys.power_state.as_deref()).map_err(|d| self.protocol(d))
+        logic::parse_power_state(sys.power_state.as_deref())
+            .map_err(|e| self.protocol(e.to_string()))
     }
 
     /// ResetTypes the BMC allows: inline AllowableValues, else its ActionInfo.
@@ -254,10 +255,10 @@ impl RedfishBmc {
         let (sys, quirks) = self.system().await?;
         let current = self.power_of(&sys)?;
         let allowed = self.allowed_reset_types(&sys).await;
-        let plan = logic::plan_power(action, current, &allowed, quirks).map_err(|what| {
+        let plan = logic::plan_power(action, current, &allowed, quirks).map_err(|e| {
             BmcError::Unsupported {
                 address: self.address().to_string(),
-                what,
+                what: e.to_string(),
             }
         })?;
         let PowerPlan::Reset(reset_type) = plan else {

@@ -230,16 +230,41 @@ impl ErrorBody {
     }
 }
 
+/// A body that does not decode as the document asked for. The message
+/// names the JSON path of the first problem (when there is one) and is cut
+/// at 200 bytes: BMC bodies can be large.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{}", self.message())]
+pub struct DecodeError {
+    /// Where in the document (`Boot.BootSourceOverrideTarget`); `None` for
+    /// the body as a whole.
+    pub path: Option<String>,
+    /// What serde found wrong there.
+    pub detail: String,
+}
+
+impl DecodeError {
+    fn message(&self) -> String {
+        match &self.path {
+            None => truncate(&self.detail, 200),
+            Some(path) => truncate(&format!("at {path}: {}", self.detail), 200),
+        }
+    }
+}
+
 /// Decode a body, naming the JSON path of the first problem.
-pub fn decode<T: DeserializeOwned>(body: &[u8]) -> Result<T, String> {
+pub fn decode<T: DeserializeOwned>(body: &[u8]) -> Result<T, DecodeError> {
     let de = &mut serde_json::Deserializer::from_slice(body);
     serde_path_to_error::deserialize(de).map_err(|e| {
         let path = e.path().to_string();
-        let inner = e.into_inner();
+        let detail = e.into_inner().to_string();
         if path.is_empty() || path == "." {
-            truncate(&inner.to_string(), 200)
+            DecodeError { path: None, detail }
         } else {
-            truncate(&format!("at {path}: {inner}"), 200)
+            DecodeError {
+                path: Some(path),
+                detail,
+            }
         }
     })
 }

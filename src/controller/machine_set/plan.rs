@@ -59,6 +59,7 @@ use crate::store::Selector;
 pub use super::revision::snapshot_hash;
 use super::revision::{Target, target};
 pub use crate::api::machine_set::UNDO_ANNOTATION;
+pub use claim::NotClaimable;
 /// At most this many machines are named in `PoolShort`'s message.
 const MAX_REASONS: usize = 10;
 
@@ -91,19 +92,19 @@ pub struct MachineView {
     /// A Ready candidate that runs what the template installs (its own
     /// class is the template's, same overrides, up to date): claimed
     /// without a reinstall. `Err` says why a Ready one is not.
-    pub adoptable: Result<(), String>,
+    pub adoptable: Result<(), NotClaimable>,
 }
 
 impl MachineView {
     /// Whether a set may claim it now, or why not.
-    fn claimable(&self) -> Result<(), String> {
+    fn claimable(&self) -> Result<(), NotClaimable> {
         if self.paused {
-            return Err("paused (metalherd.dev/paused)".into());
+            return Err(NotClaimable::Paused);
         }
         match self.phase {
             MachinePhase::Available => Ok(()),
             MachinePhase::Ready => self.adoptable.clone(),
-            other => Err(format!("phase {}", other.as_str())),
+            other => Err(NotClaimable::Phase(other)),
         }
     }
 }
@@ -586,6 +587,7 @@ impl Planner<'_> {
 }
 
 mod batch;
+mod claim;
 
 #[cfg(test)]
 pub(crate) mod tests;

@@ -5,11 +5,27 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 
+/// Why a probe got no status code. The message is shown as the machine's
+/// health detail.
+#[derive(Debug, thiserror::Error)]
+pub enum ProbeError {
+    /// No answer: connection refused, timeout, TLS, a malformed reply.
+    #[error("probe {url}: {source}")]
+    Request {
+        url: String,
+        #[source]
+        source: reqwest::Error,
+    },
+    /// A test double was asked for a probe it was not told to expect.
+    #[error("unexpected probe of {url}")]
+    Unexpected { url: String },
+}
+
 /// Asks a URL for its status code.
 #[async_trait]
 pub trait Prober: Send + Sync + 'static {
     /// The status code, or why there was none.
-    async fn status(&self, url: &str) -> Result<u16, String>;
+    async fn status(&self, url: &str) -> Result<u16, ProbeError>;
 }
 
 /// The real prober (reqwest).
@@ -30,10 +46,13 @@ impl HttpProber {
 
 #[async_trait]
 impl Prober for HttpProber {
-    async fn status(&self, url: &str) -> Result<u16, String> {
+    async fn status(&self, url: &str) -> Result<u16, ProbeError> {
         match self.client.get(url).send().await {
             Ok(r) => Ok(r.status().as_u16()),
-            Err(e) => Err(format!("probe {url}: {e}")),
+            Err(source) => Err(ProbeError::Request {
+                url: url.to_string(),
+                source,
+            }),
         }
     }
 }

@@ -24,7 +24,7 @@ use tracing::Instrument;
 
 use super::cache::MachineCache;
 use super::metrics;
-use super::plan::{Action, Health, Input, MachineView, plan};
+use super::plan::{Action, Health, Input, MachineView, NotClaimable, plan};
 use super::probe::Prober;
 use crate::api::ConditionStatus;
 use crate::api::machine_set::{REVISION_LABEL, SET_LABEL, SetRevision};
@@ -33,6 +33,7 @@ use crate::controller::feed::ObjectKey;
 use crate::controller::runner::{Reconciler, Requeue};
 use crate::store::events::{EventType, Regarding, record};
 use crate::store::pinned::pin_of;
+use crate::store::selector::SelectorError;
 use crate::store::{ListOptions, Selector, Store, StoreError, TypedStore};
 
 /// Machine writes (claims, pins, releases) of one plan in flight at once.
@@ -60,7 +61,7 @@ pub enum SetError {
     #[error("store: {0}")]
     Store(#[from] StoreError),
     #[error("selector: {0}")]
-    Selector(String),
+    Selector(#[from] SelectorError),
 }
 
 fn labels(m: &Machine) -> &std::collections::BTreeMap<String, String> {
@@ -92,7 +93,7 @@ impl MachineSetReconciler {
             installed: st.and_then(|s| s.provisioned_revision.clone()),
             paused: m.is_paused(),
             health: Health::default(),
-            adoptable: Err("not Ready".into()),
+            adoptable: Err(NotClaimable::NotReady),
         }
     }
 
@@ -143,7 +144,7 @@ impl MachineSetReconciler {
                 }
                 Err(e) => {
                     v.health.probe_ok = Some(false);
-                    v.health.detail = Some(e);
+                    v.health.detail = Some(e.to_string());
                 }
             }
         }
@@ -169,8 +170,7 @@ impl MachineSetReconciler {
     }
 
     async fn claimed(&self, key: &ObjectKey) -> Result<Vec<Machine>, SetError> {
-        let sel = Selector::parse(&format!("{SET_LABEL}={}", key.name))
-            .map_err(|e| SetError::Selector(e.to_string()))?;
+        let sel = Selector::parse(&format!("{SET_LABEL}={}", key.name))?;
         let opts = ListOptions {
             namespace: Some(key.namespace.clone()),
             selector: sel,
@@ -187,8 +187,7 @@ impl MachineSetReconciler {
         // The namespace's Machines from the cache, split here: the set's
         // claimed ones and its pool's candidates. Never from a cache that
         // has not listed yet: it would look like an empty pool.
-        let pool = Selector::from_label_selector(&set.spec.selector)
-            .map_err(|e| SetError::Selector(e.to_string()))?;
+        let pool = Selector::from_label_selector(&set.spec.selector)?;
         if tokio::time::timeout(SYNC_WAIT, self.machines.synced())
             .await
             .is_err()
@@ -432,20 +431,21 @@ impl Reconciler for MachineSetReconciler {
 pub fn adoptable(
     m: &Machine,
     template: &crate::api::machine_set::MachineTemplate,
-) -> Result<(), String> {
+) -> Result<(), NotClaimable> {
     let want = &template.class_ref.name;
     let Some(class) = m.spec.class_ref.as_ref().map(|c| &c.name) else {
-        return Err("Ready without a class".into());
+        return Err(NotClaimable::NoClass);
     };
     if class != want {
-        return Err(format!(
-            "has spec.classRef {class}, the template names {want}"
-        ));
+        return Err(NotClaimable::OtherClass {
+            class: class.clone(),
+            template: want.clone(),
+        });
     }
     if m.spec.overrides != template.overrides {
-        return Err(format!(
-            "has spec.classRef {class} with overrides other than the template's"
-        ));
+        return Err(NotClaimable::OtherOverrides {
+            class: class.clone(),
+        });
     }
     let up_to_date = m
         .status
@@ -453,9 +453,9 @@ pub fn adoptable(
         .and_then(|s| crate::api::condition::find_condition(&s.conditions, "UpToDate"))
         .is_some_and(|c| c.status == ConditionStatus::True);
     if !up_to_date {
-        return Err(format!(
-            "has spec.classRef {class} but does not run its current revision"
-        ));
+        return Err(NotClaimable::NotUpToDate {
+            class: class.clone(),
+        });
     }
     Ok(())
 }

@@ -16,7 +16,7 @@ use futures::StreamExt;
 use super::cache::MachineCache;
 use super::plan::cond;
 use super::plan::tests::class;
-use super::probe::Prober;
+use super::probe::{ProbeError, Prober};
 use super::reconcile::MachineSetReconciler;
 use crate::api::machine_set::{MachineSetSpec, MachineTemplate, SET_LABEL};
 use crate::api::*;
@@ -29,8 +29,10 @@ struct NoProbe;
 
 #[async_trait]
 impl Prober for NoProbe {
-    async fn status(&self, url: &str) -> Result<u16, String> {
-        Err(format!("unexpected probe of {url}"))
+    async fn status(&self, url: &str) -> Result<u16, ProbeError> {
+        Err(ProbeError::Unexpected {
+            url: url.to_string(),
+        })
     }
 }
 

@@ -18,6 +18,13 @@ enum Outcome {
 
 type Behaviour = dyn Fn(&str, usize) -> Outcome + Send + Sync;
 
+/// What a scripted reconcile that fails returns.
+#[derive(Debug, thiserror::Error)]
+#[error("{key} failed")]
+struct Failed {
+    key: String,
+}
+
 struct Scripted {
     start: Instant,
     hold: Duration,
@@ -69,11 +76,11 @@ impl Scripted {
 
 impl Reconciler for Scripted {
     type Key = String;
-    type Error = String;
+    type Error = Failed;
     fn name(&self) -> &'static str {
         "test"
     }
-    async fn reconcile(&self, key: &String) -> Result<Requeue, String> {
+    async fn reconcile(&self, key: &String) -> Result<Requeue, Failed> {
         let nth = {
             let mut calls = self.calls.lock().unwrap();
             calls.push((key.clone(), self.start.elapsed()));
@@ -90,7 +97,7 @@ impl Reconciler for Scripted {
         self.completed.fetch_add(1, Ordering::SeqCst);
         match (self.behaviour)(key, nth) {
             Outcome::Ok(r) => Ok(r),
-            Outcome::Fail => Err(format!("{key} failed")),
+            Outcome::Fail => Err(Failed { key: key.clone() }),
             Outcome::Panic => panic!("{key} panicked"),
         }
     }

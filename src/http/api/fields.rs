@@ -9,13 +9,33 @@ use serde_json::Value;
 
 use crate::api::Kind;
 
+/// Why a field selector is refused (a 400 with this message).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum FieldSelectorError {
+    #[error("invalid selector: {0:?}; expected field=value")]
+    NotATerm(String),
+    #[error("field label not supported: {field:?} (supported: metadata.name, metadata.namespace{})", also_supported(*kind))]
+    Unsupported { kind: Kind, field: String },
+}
+
+/// The fields `kind` supports beyond the name and namespace, as a list
+/// continuation (`, type`).
+fn also_supported(kind: Kind) -> &'static str {
+    match kind {
+        Kind::Event => ", involvedObject.*, reason, type",
+        Kind::Secret => ", type",
+        Kind::Namespace => ", status.phase",
+        _ => "",
+    }
+}
+
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct FieldSelector {
     terms: Vec<(String, bool, String)>,
 }
 
 impl FieldSelector {
-    pub fn parse(kind: Kind, s: &str) -> Result<FieldSelector, String> {
+    pub fn parse(kind: Kind, s: &str) -> Result<FieldSelector, FieldSelectorError> {
         let mut terms = Vec::new();
         for t in s.split(',').map(str::trim).filter(|t| !t.is_empty()) {
             let (field, equal, value) = if let Some((f, v)) = t.split_once("!=") {
@@ -25,19 +45,14 @@ impl FieldSelector {
             } else if let Some((f, v)) = t.split_once('=') {
                 (f, true, v)
             } else {
-                return Err(format!("invalid selector: {t:?}; expected field=value"));
+                return Err(FieldSelectorError::NotATerm(t.to_string()));
             };
             let field = field.trim();
             if path(kind, field).is_none() {
-                return Err(format!(
-                    "field label not supported: {field:?} (supported: metadata.name, metadata.namespace{})",
-                    match kind {
-                        Kind::Event => ", involvedObject.*, reason, type",
-                        Kind::Secret => ", type",
-                        Kind::Namespace => ", status.phase",
-                        _ => "",
-                    }
-                ));
+                return Err(FieldSelectorError::Unsupported {
+                    kind,
+                    field: field.to_string(),
+                });
             }
             terms.push((field.to_string(), equal, value.trim().to_string()));
         }
@@ -103,5 +118,17 @@ mod tests {
         assert!(opaque.matches(Kind::Secret, &json!({"type": "Opaque"})));
         assert!(FieldSelector::parse(Kind::Namespace, "status.phase=Active").is_ok());
         assert!(FieldSelector::parse(Kind::Machine, "type=x").is_err());
+        assert_eq!(
+            FieldSelector::parse(Kind::Secret, "spec.x=1")
+                .unwrap_err()
+                .to_string(),
+            r#"field label not supported: "spec.x" (supported: metadata.name, metadata.namespace, type)"#
+        );
+        assert_eq!(
+            FieldSelector::parse(Kind::Event, "reason")
+                .unwrap_err()
+                .to_string(),
+            r#"invalid selector: "reason"; expected field=value"#
+        );
     }
 }

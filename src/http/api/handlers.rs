@@ -109,7 +109,9 @@ pub async fn list_all(
 /// (with what each row carries) when it accepts one.
 fn shape(kind: Kind, q: &ListQuery, headers: &HeaderMap) -> Result<Shape, ApiError> {
     let fields = match q.field_selector.as_deref() {
-        Some(s) => FieldSelector::parse(kind, s).map_err(ApiError::bad_request)?,
+        Some(s) => {
+            FieldSelector::parse(kind, s).map_err(|e| ApiError::bad_request(e.to_string()))?
+        }
         None => FieldSelector::default(),
     };
     let table = table::wanted(headers).then(|| IncludeObject::parse(q.include_object.as_deref()));

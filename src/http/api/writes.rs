@@ -429,7 +429,8 @@ pub async fn delete_collection(
         None => crate::store::Selector::default(),
     };
     let fields = match lq.field_selector.as_deref() {
-        Some(s) => super::fields::FieldSelector::parse(kind, s).map_err(ApiError::bad_request)?,
+        Some(s) => super::fields::FieldSelector::parse(kind, s)
+            .map_err(|e| ApiError::bad_request(e.to_string()))?,
         None => super::fields::FieldSelector::default(),
     };
     let opts = crate::store::ListOptions {

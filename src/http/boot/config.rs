@@ -25,7 +25,7 @@ use serde::Deserialize;
 use crate::http::limits::ConnLimits;
 use crate::ra::RaSettings;
 
-use super::script::check_kernel_arg;
+use super::script::{UnsafeValue, check_kernel_arg};
 
 #[derive(Clone, Debug, Default, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
@@ -115,7 +115,7 @@ pub enum BootConfigError {
     #[error("boot.baseUrl is required when boot.listen is a wildcard address")]
     BaseUrlRequired,
     #[error("boot.kernelArgs[{0}]: {1}")]
-    KernelArg(usize, String),
+    KernelArg(usize, UnsafeValue),
     #[error("boot.routerAdvertisement.interface {0:?} is not an interface name")]
     Interface(String),
     #[error("boot.tokenTtlSeconds {0}: must be between 60 and 604800")]
@@ -248,7 +248,7 @@ fn check_base_url(u: &str) -> Result<String, BootConfigError> {
         return Err(err("must not have a query or fragment"));
     }
     let trimmed = u.trim_end_matches('/').to_string();
-    super::script::check_url(&trimmed).map_err(|e| err(&e))?;
+    super::script::check_url(&trimmed).map_err(|e| err(&e.to_string()))?;
     Ok(trimmed)
 }
 

@@ -13,31 +13,64 @@ fn safe_char(c: char) -> bool {
     c.is_ascii_alphanumeric() || "._,:/=+@%?&~-*![]".contains(c)
 }
 
+/// What a checked value is, as its error messages name it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ValueKind {
+    KernelArg,
+    Url,
+}
+
+impl std::fmt::Display for ValueKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            ValueKind::KernelArg => "kernel argument",
+            ValueKind::Url => "URL",
+        })
+    }
+}
+
+/// Why a kernel argument or URL may not go into a script.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum UnsafeValue {
+    #[error("empty {0}")]
+    Empty(ValueKind),
+    #[error("{0} longer than 1024 bytes")]
+    TooLong(ValueKind),
+    #[error("{kind} contains {found:?}; allowed are letters, digits and ._,:/=+@%?&~-*![]")]
+    Character { kind: ValueKind, found: char },
+    #[error("{0} contains \"&&\" (an iPXE operator)")]
+    Operator(ValueKind),
+    #[error("URL must start with http:// or https://")]
+    Scheme,
+}
+
 /// Check one kernel argument: printable, no whitespace, no iPXE specials.
-pub fn check_kernel_arg(a: &str) -> Result<(), String> {
-    if a.is_empty() {
-        return Err("empty kernel argument".into());
-    }
-    if a.len() > 1024 {
-        return Err("kernel argument longer than 1024 bytes".into());
-    }
-    if let Some(c) = a.chars().find(|c| !safe_char(*c)) {
-        return Err(format!(
-            "kernel argument contains {c:?}; allowed are letters, digits and ._,:/=+@%?&~-*![]"
-        ));
-    }
-    if a.contains("&&") {
-        return Err("kernel argument contains \"&&\" (an iPXE operator)".into());
-    }
-    Ok(())
+pub fn check_kernel_arg(a: &str) -> Result<(), UnsafeValue> {
+    check_value(ValueKind::KernelArg, a)
 }
 
 /// Check a URL that is written into a script or a kernel command line.
-pub fn check_url(u: &str) -> Result<(), String> {
+pub fn check_url(u: &str) -> Result<(), UnsafeValue> {
     if !(u.starts_with("http://") || u.starts_with("https://")) {
-        return Err("URL must start with http:// or https://".into());
+        return Err(UnsafeValue::Scheme);
     }
-    check_kernel_arg(u).map_err(|e| e.replace("kernel argument", "URL"))
+    check_value(ValueKind::Url, u)
+}
+
+fn check_value(kind: ValueKind, a: &str) -> Result<(), UnsafeValue> {
+    if a.is_empty() {
+        return Err(UnsafeValue::Empty(kind));
+    }
+    if a.len() > 1024 {
+        return Err(UnsafeValue::TooLong(kind));
+    }
+    if let Some(found) = a.chars().find(|c| !safe_char(*c)) {
+        return Err(UnsafeValue::Character { kind, found });
+    }
+    if a.contains("&&") {
+        return Err(UnsafeValue::Operator(kind));
+    }
+    Ok(())
 }
 
 /// Whether a query parameter like `arch`/`platform` is a plain short word.
@@ -90,12 +123,15 @@ impl Platform {
 #[non_exhaustive]
 pub enum ScriptError {
     #[error("unsafe value for {field}: {reason}")]
-    Unsafe { field: &'static str, reason: String },
+    Unsafe {
+        field: &'static str,
+        reason: UnsafeValue,
+    },
     #[error("rendering the script: {0}")]
     Render(#[from] askama::Error),
 }
 
-fn unsafe_value(field: &'static str) -> impl FnOnce(String) -> ScriptError {
+fn unsafe_value(field: &'static str) -> impl FnOnce(UnsafeValue) -> ScriptError {
     move |reason| ScriptError::Unsafe { field, reason }
 }
 
@@ -330,6 +366,28 @@ mod tests {
         p.machine = "evil\nshell";
         let s = render_install(&p).unwrap();
         assert!(!s.contains("evil"));
+    }
+
+    #[test]
+    fn refusals_name_the_value_kind() {
+        let e = |r: Result<(), UnsafeValue>| r.unwrap_err().to_string();
+        assert_eq!(e(check_kernel_arg("")), "empty kernel argument");
+        assert_eq!(
+            e(check_kernel_arg("a&&b")),
+            "kernel argument contains \"&&\" (an iPXE operator)"
+        );
+        assert_eq!(
+            e(check_url("http://x/a b")),
+            "URL contains ' '; allowed are letters, digits and ._,:/=+@%?&~-*![]"
+        );
+        assert_eq!(
+            e(check_url("ftp://x/")),
+            "URL must start with http:// or https://"
+        );
+        assert_eq!(
+            e(check_url(&format!("http://{}", "x".repeat(1024)))),
+            "URL longer than 1024 bytes"
+        );
     }
 
     #[test]

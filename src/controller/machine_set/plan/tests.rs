@@ -72,7 +72,7 @@ fn m(name: &str, phase: MachinePhase, pinned: Option<i64>, installed: Option<&st
         installed: installed.map(str::to_string),
         paused: false,
         health: Health::default(),
-        adoptable: Err("not up to date".into()),
+        adoptable: Err(NotClaimable::NotUpToDate { class: "c".into() }),
     }
 }
 
