@@ -219,6 +219,18 @@ pub enum MachinePhase {
 }
 
 impl MachinePhase {
+    /// Every phase, in lifecycle order.
+    pub const ALL: [MachinePhase; 8] = [
+        MachinePhase::Registering,
+        MachinePhase::Available,
+        MachinePhase::Provisioning,
+        MachinePhase::Provisioned,
+        MachinePhase::Ready,
+        MachinePhase::Reimaging,
+        MachinePhase::Deprovisioning,
+        MachinePhase::Error,
+    ];
+
     pub fn as_str(self) -> &'static str {
         match self {
             MachinePhase::Registering => "Registering",

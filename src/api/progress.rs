@@ -225,20 +225,10 @@ impl BootProgress {
 impl FromStr for MachinePhase {
     type Err = UnknownPhase;
     fn from_str(s: &str) -> Result<Self, UnknownPhase> {
-        use MachinePhase::*;
-        [
-            Registering,
-            Available,
-            Provisioning,
-            Provisioned,
-            Ready,
-            Reimaging,
-            Deprovisioning,
-            Error,
-        ]
-        .into_iter()
-        .find(|p| p.as_str() == s)
-        .ok_or_else(|| UnknownPhase(s.to_string()))
+        MachinePhase::ALL
+            .into_iter()
+            .find(|p| p.as_str() == s)
+            .ok_or_else(|| UnknownPhase(s.to_string()))
     }
 }
 

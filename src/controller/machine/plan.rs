@@ -254,9 +254,11 @@ impl Step {
     /// Whether the status changes before this effect must be written
     /// before it runs: yes for every step that changes something outside
     /// (BMC settings and power, the Node, the address), so a crash right
-    /// after one finds its record. Not for reading the inventory (it changes
-    /// nothing), nor for setting the next boot to the disk after an install
-    /// (repeatable; `Provisioned` goes out with its marker, `diskBootFor`).
+    /// after one finds its record. Reading the inventory changes nothing:
+    /// the registration before it goes out with the inventory itself.
+    /// Setting the next boot to the disk after an install is repeatable
+    /// and its marker (`diskBootFor`) follows it: the phase change before
+    /// it (`Provisioned`) goes out in the same write as the marker.
     pub fn needs_record_before(&self) -> bool {
         use Step::*;
         !matches!(self, ReadInventory | SetBootOnce(BootDevice::Disk))

@@ -486,35 +486,7 @@ impl Planner<'_> {
             return;
         }
         if old.is_empty() {
-            let claiming = self
-                .actions
-                .iter()
-                .any(|a| matches!(a, Action::Claim { .. }));
-            let all_passed = machines.values().all(|m| self.healthy(m, update));
-            if !all_passed || claiming {
-                self.st.rollout_state = Some(RolloutState::Progressing);
-            } else {
-                if self.st.rollout_state == Some(RolloutState::Progressing)
-                    || self.st.current_revision != Some(update)
-                {
-                    self.event(
-                        false,
-                        "RolloutComplete",
-                        format!("revision {update} is rolled out"),
-                    );
-                }
-                self.st.current_revision = Some(update);
-                if let Some(r) = self.st.revisions.iter_mut().find(|r| r.revision == update) {
-                    r.passed = true;
-                }
-                self.st.rollout_state = Some(RolloutState::Complete);
-                self.condition(
-                    cond::PROGRESSING,
-                    true,
-                    "Complete",
-                    format!("revision {update}"),
-                );
-            }
+            self.settle(update, &machines);
             return;
         }
         if self.i.set.spec.paused {
@@ -588,6 +560,7 @@ impl Planner<'_> {
 
 mod batch;
 mod claim;
+mod settle;
 
 #[cfg(test)]
 pub(crate) mod tests;

@@ -537,3 +537,43 @@ fn passed_batches_are_kept_to_the_last_ten_and_numbers_keep_counting() {
     let kept: Vec<i32> = st.completed_batches.iter().map(|b| b.number).collect();
     assert_eq!(kept, (3..=12).collect::<Vec<i32>>());
 }
+
+fn event_reasons(p: &Plan) -> Vec<String> {
+    p.actions
+        .iter()
+        .filter_map(|a| match a {
+            Action::Event { reason, .. } => Some(reason.to_string()),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn a_short_pool_is_not_a_complete_rollout() {
+    // Two wanted, one in the pool: it installs and passes, the set waits.
+    let mut s = set(2, json!(1), json!({}));
+    let v1 = class("1.0");
+    let p0 = run(&s, vec![], vec![avail("m1")], &v1, 0);
+    assert_eq!(claims(&p0), ["m1"]);
+    s.status = Some(p0.status);
+    let h1 = s.status.as_ref().unwrap().revisions[0].hash.clone();
+    let p1 = run(&s, vec![ready("m1", 1, &h1)], vec![], &v1, 1);
+    assert_eq!(p1.status.rollout_state, Some(RolloutState::Progressing));
+    assert_eq!(
+        cond_msg(&p1, cond::PROGRESSING),
+        "True WaitingForMachines revision 1 on 1 of 2 machines; the pool is short (PoolSufficient)"
+    );
+    assert!(!event_reasons(&p1).iter().any(|r| r == "RolloutComplete"));
+    // The revision is known good all the same.
+    assert_eq!(p1.status.current_revision, Some(1));
+    assert!(p1.status.revisions[0].passed);
+    // A second server joins the pool: claimed, installed, then complete.
+    s.status = Some(p1.status);
+    let p2 = run(&s, vec![ready("m1", 1, &h1)], vec![avail("m2")], &v1, 2);
+    assert_eq!(claims(&p2), ["m2"]);
+    s.status = Some(p2.status);
+    let both = vec![ready("m1", 1, &h1), ready("m2", 1, &h1)];
+    let p3 = run(&s, both, vec![], &v1, 3);
+    assert_eq!(p3.status.rollout_state, Some(RolloutState::Complete));
+    assert_eq!(event_reasons(&p3), ["RolloutComplete"]);
+}
