@@ -95,7 +95,7 @@ pub async fn asset(
     let file = match opened {
         // Small files come from memory and go out in one piece.
         Ok((Opened::Memory(data), meta)) => Source::Memory(data, meta),
-        Ok((Opened::Disk(f), meta)) => Source::File(f, meta),
+        Ok((Opened::Disk(f), meta)) => Source::File(f, meta, st.streams.clone()),
         Err(SourceError::Io(e)) => {
             let r = file_error(&st, FileError::Io(e));
             st.metrics.request(Endpoint::asset, r.status());
@@ -156,7 +156,7 @@ pub async fn image(
     .map_err(std::io::Error::other)
     .and_then(|r| r);
     let file = match opened {
-        Ok((f, meta)) => Source::File(f, meta),
+        Ok((f, meta)) => Source::File(f, meta, st.streams.clone()),
         Err(e) => {
             let e = match e.kind() {
                 std::io::ErrorKind::NotFound => FileError::NotFound,

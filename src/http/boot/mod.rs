@@ -75,6 +75,8 @@ pub struct BootState {
     assets: std::sync::Mutex<Option<Arc<DirSource>>>,
     /// Configs handed out in full by this process (each once per boot).
     pub served: once::ServedLog,
+    /// File bodies streaming from disk now (their piece size follows).
+    pub streams: send_file::Streams,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -110,6 +112,7 @@ impl BootState {
             cache,
             assets: std::sync::Mutex::new(None),
             served,
+            streams: send_file::Streams::default(),
         })
     }
 

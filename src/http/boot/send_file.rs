@@ -1,12 +1,15 @@
 //! Sending one opened file over HTTP: HEAD, a single Range, ETag with
-//! If-None-Match / If-Range, streamed in [`CHUNK`]-sized pieces read one
-//! ahead on the blocking pool ([`FileChunks`]; a file is never read whole
+//! If-None-Match / If-Range, streamed in pieces ([`CHUNK`], or
+//! [`LONE_CHUNK`] while few files stream at once) read one ahead on the
+//! blocking pool ([`FileChunks`]; a file is never read whole
 //! into memory). Which file may be
 //! opened is decided before, by the shared file source ([`crate::files`]). A completion callback
 //! learns how many bytes went out and whether the body finished, so the
 //! caller can record the boot step and count the transfer.
 
 use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::task::{Context, Poll};
 
 use axum::body::Body;
@@ -19,13 +22,64 @@ use super::range::{self, RangeDecision};
 use crate::files::FileChunks;
 
 /// Size of each body piece of a file sent from disk, and of each read
-/// behind it. Each piece is read straight into the buffer hyper writes
-/// (one copy from the page cache), and the next one is read meanwhile.
-/// 256 KiB keeps the piece being read and the piece being written within
-/// one core's L2 cache (1 MiB here), so the socket copy reads from cache; at
-/// most about three pieces per connection are in memory (one being
-/// written, one queued, one being read).
+/// behind it, while more than [`FEW_STREAMS`] files stream at once. Each
+/// piece is read straight into the buffer hyper writes (one copy from the
+/// page cache), and the next one is read meanwhile. 256 KiB keeps the
+/// pieces being read and written by many connections near the cores' L2
+/// caches (1 MiB each here), so the socket copies read from cache; at most
+/// about three pieces per connection are in memory (one being written, one
+/// queued, one being read).
 pub const CHUNK: usize = 256 * 1024;
+
+/// The piece size while at most [`FEW_STREAMS`] files stream at once (a
+/// single reimage, a rack's first server): a quarter of the blocking-pool
+/// round trips and socket wake-ups per byte, which is what limits one
+/// connection, and still at most about 3 MiB per stream in memory. Measured
+/// on one connection: 1,571 MiB/s with 1 MiB pieces against 1,176 with
+/// 256 KiB; with 64 connections 1 MiB pieces lost (1,589 against 2,046),
+/// hence the switch by concurrency (BENCHMARKS.md, "HTTP boot").
+pub const LONE_CHUNK: usize = 1024 * 1024;
+
+/// Up to this many file bodies in flight (the new one included) get
+/// [`LONE_CHUNK`] pieces; beyond, [`CHUNK`].
+pub const FEW_STREAMS: usize = 2;
+
+/// How many file bodies are streaming from disk, shared by one server's
+/// handlers: what picks the piece size of the next one.
+#[derive(Clone, Debug, Default)]
+pub struct Streams(Arc<AtomicUsize>);
+
+/// One body's place in [`Streams`], given back when the body is dropped.
+pub struct StreamSlot(Arc<AtomicUsize>);
+
+impl Streams {
+    /// Count a new body in; its piece size follows from how many are in
+    /// flight with it.
+    pub fn enter(&self) -> (StreamSlot, usize) {
+        let now = self.0.fetch_add(1, Ordering::Relaxed) + 1;
+        (StreamSlot(self.0.clone()), piece_size(now))
+    }
+
+    /// Bodies in flight now.
+    pub fn in_flight(&self) -> usize {
+        self.0.load(Ordering::Relaxed)
+    }
+}
+
+impl Drop for StreamSlot {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// The piece size for a body streamed with `in_flight - 1` others.
+pub fn piece_size(in_flight: usize) -> usize {
+    if in_flight <= FEW_STREAMS {
+        LONE_CHUNK
+    } else {
+        CHUNK
+    }
+}
 
 /// Called once when a body ends: `(bytes sent, completed)`.
 pub type OnDone = Box<dyn FnOnce(u64, bool) + Send + 'static>;
@@ -57,8 +111,9 @@ pub struct Served {
 
 /// Where a body's bytes come from.
 pub enum Source {
-    /// An open file with its metadata, streamed in [`CHUNK`]-sized pieces.
-    File(std::fs::File, std::fs::Metadata),
+    /// An open file with its metadata, streamed in pieces of the size
+    /// [`Streams::enter`] gives it.
+    File(std::fs::File, std::fs::Metadata, Streams),
     /// The whole contents, already in memory (small files from the shared
     /// file source's cache), with the metadata they were read at.
     Memory(Bytes, std::fs::Metadata),
@@ -76,7 +131,7 @@ pub async fn serve(
     on_done: Option<OnDone>,
 ) -> Result<Served, FileError> {
     let meta = match &source {
-        Source::File(_, meta) | Source::Memory(_, meta) => meta.clone(),
+        Source::File(_, meta, _) | Source::Memory(_, meta) => meta.clone(),
     };
     if !meta.is_file() {
         return Err(FileError::NotFound);
@@ -129,9 +184,10 @@ pub async fn serve(
         });
     }
     let body = match source {
-        Source::File(file, _) => {
-            let chunks = FileChunks::new(file, start, count, CHUNK);
-            Body::from_stream(Tracked::new(chunks, count, on_done))
+        Source::File(file, _, streams) => {
+            let (slot, piece) = streams.enter();
+            let chunks = FileChunks::new(file, start, count, piece);
+            Body::from_stream(Tracked::new(chunks, count, on_done).holding(slot))
         }
         Source::Memory(data, _) => {
             // The file may have changed since its metadata was read: send
@@ -156,6 +212,8 @@ struct Tracked<S> {
     sent: u64,
     expected: u64,
     on_done: Option<OnDone>,
+    /// Counted in [`Streams`] until the body is dropped.
+    _slot: Option<StreamSlot>,
 }
 
 impl<S> Tracked<S> {
@@ -165,7 +223,13 @@ impl<S> Tracked<S> {
             sent: 0,
             expected,
             on_done,
+            _slot: None,
         }
+    }
+
+    fn holding(mut self, slot: StreamSlot) -> Tracked<S> {
+        self._slot = Some(slot);
+        self
     }
 
     fn finish(&mut self, complete: bool) {
