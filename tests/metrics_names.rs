@@ -69,6 +69,7 @@ fn metrics_share_one_prefix() {
         "metalherd_reconciles_running",
         "metalherd_ipmi_sessions",
         "metalherd_machineset_rollouts",
+        "metalherd_machineset_remediations",
         "metalherd_machineset_batch_seconds",
         "metalherd_machineset_machines_out_of_service",
     ];

@@ -109,6 +109,12 @@ open_words! {
         Booted = "Booted",
         /// The disk was wiped (a deprovisioning boot's success).
         Wiped = "Wiped",
+        /// The controller power-cycled the server on request (the detail
+        /// is the request: who asked and why).
+        PowerCycled = "PowerCycled",
+        /// The controller started a reimage on request (the detail is the
+        /// request).
+        ReimageRequested = "ReimageRequested",
     }
 }
 
@@ -121,10 +127,11 @@ impl BootStep {
         BootStep::Wiped,
     ];
 
-    /// Whether only a request carrying the boot's token can cause this step
-    /// (the Ignition config and the call-homes). Anyone on the boot network
-    /// can cause the others (DHCP, TFTP, script, kernel, assets), so they
-    /// must never crowd these out of a Machine's history.
+    /// Whether only a request carrying the boot's token (the Ignition
+    /// config and the call-homes) or the controller itself (a requested
+    /// power cycle or reimage) can cause this step. Anyone on the boot
+    /// network can cause the others (DHCP, TFTP, script, kernel, assets), so
+    /// they must never crowd these out of a Machine's history.
     pub fn is_authenticated(&self) -> bool {
         matches!(
             self,
@@ -133,6 +140,8 @@ impl BootStep {
                 | BootStep::Failed
                 | BootStep::Booted
                 | BootStep::Wiped
+                | BootStep::PowerCycled
+                | BootStep::ReimageRequested
         )
     }
 
@@ -228,6 +237,40 @@ impl Default for BootDeadlines {
             install: Duration::from_secs(30 * 60),
             join: Duration::from_secs(20 * 60),
         }
+    }
+}
+
+/// Add steps to a history in time order (a step noted directly with its
+/// call-home may be written before earlier steps still held), keeping the
+/// last [`super::BOOT_HISTORY_LIMIT`].
+pub fn insert_boot_events(h: &mut Vec<super::BootEvent>, evs: &[super::BootEvent]) {
+    for ev in evs {
+        let at = h.partition_point(|e| e.time <= ev.time);
+        h.insert(at, ev.clone());
+    }
+    trim_history(h, super::BOOT_HISTORY_LIMIT);
+}
+
+/// Keep at most `limit` steps: the oldest unauthenticated ones go first,
+/// so requests anyone can make never push a boot's Ignition or call-home
+/// steps out; only when those alone are over the limit do the oldest of
+/// them go.
+pub fn trim_history(h: &mut Vec<super::BootEvent>, limit: usize) {
+    let mut excess = h.len().saturating_sub(limit);
+    if excess == 0 {
+        return;
+    }
+    h.retain(|e| {
+        if excess > 0 && !e.step.is_authenticated() {
+            excess -= 1;
+            false
+        } else {
+            true
+        }
+    });
+    let n = h.len();
+    if n > limit {
+        h.drain(..n - limit);
     }
 }
 

@@ -18,6 +18,10 @@ use super::progress::BootProgress;
 pub const FINALIZER: &str = "metalherd.dev/machine";
 /// Annotation asking for a reimage; a new value asks again.
 pub const REIMAGE_ANNOTATION: &str = "metalherd.dev/reimage";
+/// Annotation asking for a power cycle through the BMC of a Ready machine;
+/// a new value asks again. A MachineSet's remediation sets it (the value
+/// says why); so may a person.
+pub const POWER_CYCLE_ANNOTATION: &str = "metalherd.dev/power-cycle";
 /// Annotation that pauses a Machine (as Metal3's `baremetalhost.metal3.io/
 /// paused` and Cluster API's `cluster.x-k8s.io/paused` do): while it is
 /// present, whatever its value, the Machine is validated and shown but the

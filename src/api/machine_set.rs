@@ -17,6 +17,7 @@ use super::common::LocalObjectReference;
 use super::condition::Condition;
 use super::machine::MachineOverrides;
 use super::machine_class::MachineClassSpec;
+use super::remediation::{MachineRemediation, RemediationPolicy};
 
 /// How many passed batches `status.completedBatches` keeps.
 pub const BATCH_HISTORY: usize = 10;
@@ -89,6 +90,10 @@ pub struct MachineSetSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1))]
     pub revision_history_limit: Option<i32>,
+    /// Power-cycle, then reimage, machines that stay unhealthy (absent:
+    /// the set only reports them).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub remediation: Option<RemediationPolicy>,
 }
 
 /// How a set rolls a new revision through its machines.
@@ -202,6 +207,10 @@ pub struct MachineSetStatus {
     pub completed_batches: Vec<Batch>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_failure: Option<RolloutFailure>,
+    /// Machines found unhealthy under `spec.remediation`, and what was done
+    /// about each (dropped once one has recovered).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub remediations: Vec<MachineRemediation>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -16,6 +16,7 @@ pub mod machine;
 pub mod machine_class;
 pub mod machine_set;
 pub mod progress;
+pub mod remediation;
 pub mod validate;
 
 pub use boot::{BootOutcome, BootPurpose, BootStep};
@@ -28,6 +29,7 @@ pub use machine::*;
 pub use machine_class::*;
 pub use machine_set::*;
 pub use progress::{BootProgress, Mark, MarkKey};
+pub use remediation::{MachineRemediation, RemediationAction, RemediationPolicy};
 pub use validate::{FieldError, ValidationErrors};
 
 /// API group of metalherd's own objects.

@@ -48,6 +48,9 @@ pub struct BootProgress {
     /// The reimage annotation value already acted on.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reimage_request: Option<String>,
+    /// The power-cycle annotation value already acted on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub power_cycle_request: Option<String>,
     /// Failed boots in a row.
     #[serde(default, skip_serializing_if = "Option::is_none", with = "text")]
     pub attempts: Option<u32>,
@@ -69,6 +72,7 @@ pub enum Mark {
     NodeRemovedFor(String),
     PreviousBoot(String),
     ReimageRequest(String),
+    PowerCycleRequest(String),
     Attempts(u32),
     RetryAt(Timestamp),
     ErrorFrom(MachinePhase),
@@ -84,6 +88,7 @@ pub enum MarkKey {
     NodeRemovedFor,
     PreviousBoot,
     ReimageRequest,
+    PowerCycleRequest,
     Attempts,
     RetryAt,
     ErrorFrom,
@@ -100,6 +105,7 @@ impl MarkKey {
             MarkKey::NodeRemovedFor => "nodeRemovedFor",
             MarkKey::PreviousBoot => "previousBoot",
             MarkKey::ReimageRequest => "reimageRequest",
+            MarkKey::PowerCycleRequest => "powerCycleRequest",
             MarkKey::Attempts => "attempts",
             MarkKey::RetryAt => "retryAt",
             MarkKey::ErrorFrom => "errorFrom",
@@ -123,6 +129,7 @@ impl Mark {
             Mark::NodeRemovedFor(_) => MarkKey::NodeRemovedFor,
             Mark::PreviousBoot(_) => MarkKey::PreviousBoot,
             Mark::ReimageRequest(_) => MarkKey::ReimageRequest,
+            Mark::PowerCycleRequest(_) => MarkKey::PowerCycleRequest,
             Mark::Attempts(_) => MarkKey::Attempts,
             Mark::RetryAt(_) => MarkKey::RetryAt,
             Mark::ErrorFrom(_) => MarkKey::ErrorFrom,
@@ -139,7 +146,8 @@ impl fmt::Display for Mark {
             | Mark::DiskBootFor(s)
             | Mark::NodeRemovedFor(s)
             | Mark::PreviousBoot(s)
-            | Mark::ReimageRequest(s) => f.write_str(s),
+            | Mark::ReimageRequest(s)
+            | Mark::PowerCycleRequest(s) => f.write_str(s),
             Mark::PoweredAt(t) | Mark::PowerOffAt(t) | Mark::RetryAt(t) => write!(f, "{t}"),
             Mark::Attempts(n) => write!(f, "{n}"),
             Mark::ErrorFrom(p) => f.write_str(p.as_str()),
@@ -162,6 +170,7 @@ impl BootProgress {
             Mark::NodeRemovedFor(s) => self.node_removed_for = Some(s),
             Mark::PreviousBoot(s) => self.previous_boot = Some(s),
             Mark::ReimageRequest(s) => self.reimage_request = Some(s),
+            Mark::PowerCycleRequest(s) => self.power_cycle_request = Some(s),
             Mark::Attempts(n) => self.attempts = Some(n),
             Mark::RetryAt(t) => self.retry_at = Some(t),
             Mark::ErrorFrom(p) => self.error_from = Some(p),
@@ -178,6 +187,7 @@ impl BootProgress {
             Mark::NodeRemovedFor(s) => self.node_removed_for.as_ref() == Some(s),
             Mark::PreviousBoot(s) => self.previous_boot.as_ref() == Some(s),
             Mark::ReimageRequest(s) => self.reimage_request.as_ref() == Some(s),
+            Mark::PowerCycleRequest(s) => self.power_cycle_request.as_ref() == Some(s),
             Mark::Attempts(n) => self.attempts.as_ref() == Some(n),
             Mark::RetryAt(t) => self.retry_at.as_ref() == Some(t),
             Mark::ErrorFrom(p) => self.error_from.as_ref() == Some(p),
@@ -194,6 +204,7 @@ impl BootProgress {
             MarkKey::NodeRemovedFor => self.node_removed_for.is_some(),
             MarkKey::PreviousBoot => self.previous_boot.is_some(),
             MarkKey::ReimageRequest => self.reimage_request.is_some(),
+            MarkKey::PowerCycleRequest => self.power_cycle_request.is_some(),
             MarkKey::Attempts => self.attempts.is_some(),
             MarkKey::RetryAt => self.retry_at.is_some(),
             MarkKey::ErrorFrom => self.error_from.is_some(),
@@ -210,6 +221,7 @@ impl BootProgress {
             MarkKey::NodeRemovedFor => self.node_removed_for = None,
             MarkKey::PreviousBoot => self.previous_boot = None,
             MarkKey::ReimageRequest => self.reimage_request = None,
+            MarkKey::PowerCycleRequest => self.power_cycle_request = None,
             MarkKey::Attempts => self.attempts = None,
             MarkKey::RetryAt => self.retry_at = None,
             MarkKey::ErrorFrom => self.error_from = None,

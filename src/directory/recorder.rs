@@ -383,39 +383,7 @@ pub async fn append_boot_events(
     .map(|_| ())
 }
 
-/// Add steps to a history in time order (a step noted directly with its
-/// call-home may be written before earlier steps still held), keeping the
-/// last [`BOOT_HISTORY_LIMIT`].
-pub fn insert_boot_events(h: &mut Vec<BootEvent>, evs: &[BootEvent]) {
-    for ev in evs {
-        let at = h.partition_point(|e| e.time <= ev.time);
-        h.insert(at, ev.clone());
-    }
-    trim_history(h, BOOT_HISTORY_LIMIT);
-}
-
-/// Keep at most `limit` steps: the oldest unauthenticated ones go first,
-/// so requests anyone can make never push a boot's Ignition or call-home
-/// steps out; only when those alone are over the limit do the oldest of
-/// them go.
-pub fn trim_history(h: &mut Vec<BootEvent>, limit: usize) {
-    let mut excess = h.len().saturating_sub(limit);
-    if excess == 0 {
-        return;
-    }
-    h.retain(|e| {
-        if excess > 0 && !e.step.is_authenticated() {
-            excess -= 1;
-            false
-        } else {
-            true
-        }
-    });
-    let n = h.len();
-    if n > limit {
-        h.drain(..n - limit);
-    }
-}
+pub use crate::api::boot::{insert_boot_events, trim_history};
 
 #[cfg(test)]
 mod tests;

@@ -26,7 +26,9 @@ fn wire_words_are_unchanged() {
             "Installed",
             "Failed",
             "Booted",
-            "Wiped"
+            "Wiped",
+            "PowerCycled",
+            "ReimageRequested"
         ]
     );
     let outcomes: Vec<&str> = BootOutcome::KNOWN.iter().map(BootOutcome::as_str).collect();

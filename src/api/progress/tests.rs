@@ -86,6 +86,7 @@ fn set_has_contains_and_clear_agree_for_every_mark() {
         Mark::NodeRemovedFor("b1".into()),
         Mark::PreviousBoot("none".into()),
         Mark::ReimageRequest("r".into()),
+        Mark::PowerCycleRequest("remediation 1".into()),
         Mark::Attempts(3),
         Mark::RetryAt(t),
         Mark::ErrorFrom(MachinePhase::Provisioning),

@@ -6,6 +6,7 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use super::ValidationErrors;
 use super::common::validate_overrides;
 use crate::api::machine_set::{MachineSetSpec, StrategyType};
+use crate::api::remediation::{RemediationPolicy, parse_max_unhealthy};
 
 /// Check a MachineSet spec; every problem names its field.
 pub(super) fn validate_set_spec(spec: &MachineSetSpec) -> Result<(), ValidationErrors> {
@@ -37,6 +38,9 @@ pub(super) fn validate_set_spec(spec: &MachineSetSpec) -> Result<(), ValidationE
                 crate::api::machine_set::SET_LABEL
             ),
         );
+    }
+    if let Some(r) = &spec.remediation {
+        validate_remediation(r, &mut errs);
     }
     let Some(us) = &spec.update_strategy else {
         return errs.into_result();
@@ -147,6 +151,29 @@ pub fn parse_max_unavailable(v: &IntOrString) -> Result<MaxUnavailable, MaxUnava
     }
 }
 
+/// `spec.remediation`: durations and counts in range, `maxUnhealthy` a
+/// count or a percentage.
+fn validate_remediation(r: &RemediationPolicy, errs: &mut ValidationErrors) {
+    let at = |f: &str| format!("spec.remediation.{f}");
+    for (f, v, min) in [
+        ("unhealthySeconds", r.unhealthy_seconds, 0),
+        ("recoverySeconds", r.recovery_seconds, 1),
+        ("powerCycles", r.power_cycles.map(i64::from), 0),
+        ("reimages", r.reimages.map(i64::from), 0),
+    ] {
+        if let Some(v) = v
+            && v < min
+        {
+            errs.push(at(f), format!("must be {min} or more, got {v}"));
+        }
+    }
+    if let Some(m) = &r.max_unhealthy
+        && let Err(e) = parse_max_unhealthy(m)
+    {
+        errs.push(at("maxUnhealthy"), e.to_string());
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -173,6 +200,25 @@ mod tests {
             "metadata": {"name": "w"},
             "spec": {"replicas": -1, "selector": {}, "template": {"classRef": {"name": "c"}}}});
         assert_eq!(errors(&v), vec!["spec.replicas: must be 0 or more, got -1"]);
+    }
+
+    #[test]
+    fn remediation_fields_are_checked_by_name() {
+        let mut v = set(json!({}));
+        v["spec"]["remediation"] = json!({"unhealthySeconds": -1, "recoverySeconds": 0,
+            "powerCycles": -2, "maxUnhealthy": "half"});
+        assert_eq!(
+            errors(&v),
+            vec![
+                "spec.remediation.unhealthySeconds: must be 0 or more, got -1",
+                "spec.remediation.recoverySeconds: must be 1 or more, got 0",
+                "spec.remediation.powerCycles: must be 0 or more, got -2",
+                "spec.remediation.maxUnhealthy: \"half\" is neither a count (1) nor a percentage (40%)",
+            ]
+        );
+        v["spec"]["remediation"] =
+            json!({"maxUnhealthy": "40%", "unhealthyWhen": ["ProbeFailing"]});
+        assert!(errors(&v).is_empty());
     }
 
     #[test]

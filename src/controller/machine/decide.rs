@@ -14,8 +14,8 @@ use super::plan::{
     BmcObserved, BootPurpose, ClassObserved, Mark, MarkKey, NodeObserved, Observed, Plan, Step,
     cond,
 };
-use crate::api::ConditionStatus;
 use crate::api::condition::find_condition;
+use crate::api::{BootStep, ConditionStatus};
 use crate::api::{
     Machine, MachinePhase, MachineStatus, ObservedVersions, PAUSED_ANNOTATION, PowerState,
 };
@@ -429,10 +429,41 @@ impl Planner<'_> {
         self.set_phase(phase);
     }
 
+    /// A request annotation's value not acted on yet (`done` is the value
+    /// last acted on).
+    fn request(&self, key: &str, done: Option<&String>) -> Option<String> {
+        self.m
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(key))
+            .filter(|v| !v.is_empty())
+            .filter(|v| done != Some(*v))
+            .cloned()
+    }
+
     fn ready(&mut self) -> Step {
         let resync = Step::Requeue {
             after: self.o.limits.resync,
         };
+        // A power cycle asked for (by a set's remediation, or a person):
+        // its marker goes out before the BMC call, so a restart does not
+        // cycle twice.
+        if let Some(v) = self.request(
+            super::plan::POWER_CYCLE_ANNOTATION,
+            self.progress().power_cycle_request.as_ref(),
+        ) {
+            if !matches!(self.o.bmc, BmcObserved::Reachable { .. }) {
+                return self.wait_bmc();
+            }
+            self.set_progress(Mark::PowerCycleRequest(v.clone()));
+            self.push(Step::Note {
+                step: BootStep::PowerCycled,
+                detail: v,
+            });
+            self.push(Step::PowerCycle);
+            return wait(self.o.limits.poll, "power cycle");
+        }
         match &self.o.class {
             ClassObserved::NotReferenced => {
                 self.start_run(MachinePhase::Deprovisioning);
@@ -440,21 +471,20 @@ impl Planner<'_> {
             }
             ClassObserved::Missing { .. } => resync,
             ClassObserved::Present(c) => {
-                let request = self
-                    .m
-                    .metadata
-                    .annotations
-                    .as_ref()
-                    .and_then(|a| a.get(super::plan::REIMAGE_ANNOTATION))
-                    .filter(|v| !v.is_empty())
-                    .filter(|v| self.progress().reimage_request.as_ref() != Some(*v))
-                    .cloned();
+                let request = self.request(
+                    super::plan::REIMAGE_ANNOTATION,
+                    self.progress().reimage_request.as_ref(),
+                );
                 let changed = !self.runs_wanted(&c.clone());
                 if !changed && request.is_none() {
                     return resync;
                 }
                 if let Some(v) = request {
-                    self.set_progress(Mark::ReimageRequest(v));
+                    self.set_progress(Mark::ReimageRequest(v.clone()));
+                    self.push(Step::Note {
+                        step: BootStep::ReimageRequested,
+                        detail: v,
+                    });
                 }
                 self.start_run(MachinePhase::Reimaging);
                 again()

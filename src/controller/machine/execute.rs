@@ -99,6 +99,9 @@ struct Work {
     /// Phases set since the last write and left again before it (named
     /// in the transition event).
     passed: Vec<MachinePhase>,
+    /// Steps noted in the boot history since the last write: each becomes
+    /// an event once written.
+    notes: Vec<(crate::api::BootStep, String)>,
 }
 
 /// How many plans may follow the first in one reconcile (see
@@ -149,6 +152,7 @@ impl Executor<'_> {
             slot_denied: false,
             written_phase: phase,
             passed: Vec::new(),
+            notes: Vec::new(),
         };
         let mut plan = first;
         let mut result = Ok(Outcome::Done(plan.requeue_after()));
@@ -235,6 +239,9 @@ impl Executor<'_> {
             }
             st.boot = Some(mint(*purpose, revision.clone(), self.now));
         } else {
+            if let Step::Note { step, detail } = step {
+                w.notes.push((step.clone(), detail.clone()));
+            }
             if let (Step::SetPhase(_), Some(p)) = (step, st.phase)
                 && Some(p) != w.written_phase
             {
@@ -272,6 +279,10 @@ impl Executor<'_> {
             self.phase_event(&w.m, w.written_phase, &passed, phase)
                 .await;
             w.written_phase = phase;
+        }
+        for (step, detail) in std::mem::take(&mut w.notes) {
+            self.event(&w.m, EventType::Normal, step.as_str(), &detail)
+                .await;
         }
         Ok(())
     }

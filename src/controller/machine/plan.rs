@@ -21,8 +21,8 @@ use jiff::Timestamp;
 use crate::api::ConditionStatus;
 use crate::api::condition::set_condition;
 use crate::api::{
-    BootRecord, BootStep, Condition, LastError, LocalObjectReference, Machine, MachinePhase,
-    MachineStatus, ObservedVersions, PowerState,
+    BootEvent, BootRecord, BootStep, Condition, LastError, LocalObjectReference, Machine,
+    MachinePhase, MachineStatus, ObservedVersions, PowerState,
 };
 use crate::bmc::BootDevice;
 
@@ -30,7 +30,7 @@ pub use super::class_view::{ClassView, desired_revision};
 use crate::cluster::NodeState;
 
 pub use crate::api::boot::BootDeadlines;
-pub use crate::api::machine::{FINALIZER, REIMAGE_ANNOTATION};
+pub use crate::api::machine::{FINALIZER, POWER_CYCLE_ANNOTATION, REIMAGE_ANNOTATION};
 pub use crate::api::{BootOutcome, BootPurpose};
 
 /// The `status.progress` markers (their owner: src/api/progress.rs).
@@ -214,6 +214,12 @@ pub enum Step {
     ClearProvisioned,
     SetNodeRef(String),
     SetObserved(ObservedVersions),
+    /// A step the controller itself took on request, added to the boot
+    /// history (and told as an event, reason the step's word).
+    Note {
+        step: BootStep,
+        detail: String,
+    },
     // effects
     ReadInventory,
     SetBootOnce(BootDevice),
@@ -303,6 +309,7 @@ impl fmt::Display for Step {
             CompleteBoot { outcome } => write!(f, "CompleteBoot({outcome})"),
             MarkProvisioned { revision } => write!(f, "MarkProvisioned({revision})"),
             SetNodeRef(n) => write!(f, "SetNodeRef({n})"),
+            Note { step, .. } => write!(f, "Note({step})"),
             SetObserved(o) => write!(
                 f,
                 "SetObserved({})",
@@ -493,6 +500,16 @@ pub fn apply_status(status: &mut MachineStatus, step: &Step, now: Timestamp) {
         }
         Step::SetNodeRef(n) => status.node_ref = Some(LocalObjectReference { name: n.clone() }),
         Step::SetObserved(o) => status.observed = Some(o.clone()),
+        Step::Note { step, detail } => {
+            let ev = BootEvent {
+                time: now,
+                step: step.clone(),
+                detail: detail.clone(),
+                bytes: None,
+                boot_id: status.boot.as_ref().map(|b| b.id.clone()),
+            };
+            crate::api::boot::insert_boot_events(&mut status.boot_history, &[ev]);
+        }
         _ => {}
     }
 }

@@ -315,9 +315,15 @@ pub fn check_invariants(name: &str, plan: &Plan) {
     );
     for (i, s) in plan.steps.iter().enumerate() {
         if *s == Step::PowerCycle {
-            let marked = plan.steps[..i]
-                .iter()
-                .any(|p| matches!(p, Step::SetProgress(crate::api::Mark::PowerCycledFor(_))));
+            let marked = plan.steps[..i].iter().any(|p| {
+                matches!(
+                    p,
+                    Step::SetProgress(
+                        crate::api::Mark::PowerCycledFor(_)
+                            | crate::api::Mark::PowerCycleRequest(_)
+                    )
+                )
+            });
             assert!(
                 marked,
                 "{name}: a power cycle without a marker before it: {plan}"

@@ -21,7 +21,8 @@ pub const FAILED: &str = "failed";
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct OutcomeLabels {
-    /// `complete`, `failed` or `rolled_back`.
+    /// Rollouts: `complete`, `failed`, `rolled_back`; remediations: see
+    /// [`REMEDIATION_OUTCOMES`].
     pub outcome: &'static str,
 }
 
@@ -43,6 +44,7 @@ type BatchHistogram = Family<BatchLabels, Histogram, fn() -> Histogram>;
 
 pub struct SetMetrics {
     pub rollouts: Family<OutcomeLabels, Counter>,
+    pub remediations: Family<OutcomeLabels, Counter>,
     pub batch_seconds: BatchHistogram,
     pub out_of_service: Family<SetLabels, Gauge>,
 }
@@ -55,6 +57,7 @@ fn batch_histogram() -> Histogram {
 
 static METRICS: LazyLock<SetMetrics> = LazyLock::new(|| SetMetrics {
     rollouts: Family::default(),
+    remediations: Family::default(),
     batch_seconds: Family::new_with_constructor(batch_histogram),
     out_of_service: Family::default(),
 });
@@ -71,6 +74,9 @@ pub fn register(registry: &mut Registry) {
     for outcome in ["complete", FAILED, "rolled_back"] {
         let _ = m.rollouts.get_or_create(&OutcomeLabels { outcome });
     }
+    for outcome in REMEDIATION_OUTCOMES {
+        let _ = m.remediations.get_or_create(&OutcomeLabels { outcome });
+    }
     for kind in ["update", "rollback"] {
         for outcome in ["passed", FAILED] {
             let _ = m
@@ -82,6 +88,11 @@ pub fn register(registry: &mut Registry) {
         "machineset_rollouts",
         "MachineSet rollouts finished, by outcome (complete, failed, rolled_back)",
         m.rollouts.clone(),
+    );
+    registry.register(
+        "machineset_remediations",
+        "MachineSet remediation steps, by outcome (power_cycled, reimaged, recovered, exhausted, held: the maxUnhealthy breaker opened)",
+        m.remediations.clone(),
     );
     registry.register(
         "machineset_batch_seconds",
@@ -104,6 +115,48 @@ pub struct Changes {
     pub batches: Vec<(&'static str, &'static str, f64)>,
     /// Machines out of service now.
     pub out_of_service: i64,
+    /// Remediation steps taken or ended, one entry each.
+    pub remediations: Vec<&'static str>,
+}
+
+/// The `outcome`s of `machineset_remediations`.
+pub const REMEDIATION_OUTCOMES: [&str; 5] =
+    ["power_cycled", "reimaged", "recovered", "exhausted", "held"];
+
+/// Remediation steps between two statuses: actions by their counters, ends
+/// by records that went (recovered: it had acted and was healthy again) or
+/// gave up, and the breaker by its condition turning False.
+fn remediation_changes(old: &MachineSetStatus, new: &MachineSetStatus) -> Vec<&'static str> {
+    let mut out = Vec::new();
+    for n in &new.remediations {
+        let o = old.remediations.iter().find(|o| o.machine == n.machine);
+        let (pc, ri, ex) = o.map_or((0, 0, false), |o| (o.power_cycles, o.reimages, o.exhausted));
+        let more = |was: i32, now: i32| usize::try_from(now - was).unwrap_or(0);
+        out.extend(std::iter::repeat_n(
+            "power_cycled",
+            more(pc, n.power_cycles),
+        ));
+        out.extend(std::iter::repeat_n("reimaged", more(ri, n.reimages)));
+        if n.exhausted && !ex {
+            out.push("exhausted");
+        }
+    }
+    for o in &old.remediations {
+        let gone = !new.remediations.iter().any(|n| n.machine == o.machine);
+        if gone && o.last_action.is_some() && o.healthy_since.is_some() {
+            out.push("recovered");
+        }
+    }
+    let open = |s: &MachineSetStatus| {
+        s.conditions.iter().any(|c| {
+            c.type_ == super::plan::cond::REMEDIATION
+                && c.status == crate::api::ConditionStatus::False
+        })
+    };
+    if open(new) && !open(old) {
+        out.push("held");
+    }
+    out
 }
 
 fn kind(b: &Batch) -> &'static str {
@@ -119,6 +172,7 @@ fn secs(b: &Batch, end: jiff::Timestamp) -> f64 {
 pub fn changes(old: &MachineSetStatus, new: &MachineSetStatus) -> Changes {
     let mut c = Changes {
         out_of_service: i64::from(new.replicas.saturating_sub(new.available_replicas).max(0)),
+        remediations: remediation_changes(old, new),
         ..Default::default()
     };
     if new.rollout_state != old.rollout_state {
@@ -168,6 +222,11 @@ pub fn record(set: &str, c: &Changes) {
     let m = global();
     if let Some(outcome) = c.rollout {
         m.rollouts.get_or_create(&OutcomeLabels { outcome }).inc();
+    }
+    for outcome in &c.remediations {
+        m.remediations
+            .get_or_create(&OutcomeLabels { outcome })
+            .inc();
     }
     for (kind, outcome, s) in &c.batches {
         m.batch_seconds
@@ -233,6 +292,36 @@ mod tests {
         // Nothing moved: nothing counted again.
         assert_eq!(changes(&new, &new).rollout, None);
         assert!(changes(&new, &new).batches.is_empty());
+    }
+
+    #[test]
+    fn remediation_steps_are_counted_once_each() {
+        use crate::api::{MachineRemediation, RemediationAction};
+        let rec = |pc, ri, healthy: bool| MachineRemediation {
+            machine: "m1".into(),
+            power_cycles: pc,
+            reimages: ri,
+            last_action: (pc + ri > 0).then_some(RemediationAction::PowerCycle),
+            healthy_since: healthy.then(|| t(5)),
+            ..Default::default()
+        };
+        let st = |r: Vec<MachineRemediation>| MachineSetStatus {
+            remediations: r,
+            ..Default::default()
+        };
+        let c = changes(&st(vec![rec(0, 0, false)]), &st(vec![rec(1, 1, false)]));
+        assert_eq!(c.remediations, ["power_cycled", "reimaged"]);
+        assert!(
+            changes(&st(vec![rec(1, 1, false)]), &st(vec![rec(1, 1, false)]))
+                .remediations
+                .is_empty()
+        );
+        let c = changes(&st(vec![rec(1, 0, true)]), &st(vec![]));
+        assert_eq!(c.remediations, ["recovered"]);
+        let mut gave_up = rec(1, 1, false);
+        gave_up.exhausted = true;
+        let c = changes(&st(vec![rec(1, 1, false)]), &st(vec![gave_up]));
+        assert_eq!(c.remediations, ["exhausted"]);
     }
 
     #[test]

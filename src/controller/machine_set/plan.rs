@@ -74,6 +74,8 @@ pub mod cond {
     pub const PROGRESSING: &str = "Progressing";
     /// The template's class exists.
     pub const CLASS: &str = "ClassFound";
+    /// False while more machines are unhealthy than `maxUnhealthy` allows.
+    pub const REMEDIATION: &str = "RemediationAllowed";
 }
 
 /// What was observed of one machine (claimed or candidate).
@@ -114,6 +116,9 @@ impl MachineView {
 pub struct Health {
     /// `None`: no cluster configured; `Some(false)`: Node not Ready.
     pub node_ready: Option<bool>,
+    /// The Machine's `NodeReady` is `Unknown` or absent (the cluster could
+    /// not be asked): not Ready for the gate, no signal for remediation.
+    pub node_unknown: bool,
     /// `None`: no probe configured; otherwise whether it answered as expected.
     pub probe_ok: Option<bool>,
     /// Why it is not healthy, for events and `describe`.
@@ -144,6 +149,13 @@ pub enum Action {
     Pin { machine: String, revision: i64 },
     /// Drop the claim and the class: deprovisioned back to Available.
     Release { machine: String },
+    /// Ask the Machine controller to power-cycle or reimage `machine`
+    /// (`request` is the annotation's value: who asks, which attempt, why).
+    Remediate {
+        machine: String,
+        action: crate::api::RemediationAction,
+        request: String,
+    },
     Event {
         warning: bool,
         reason: String,
@@ -233,6 +245,7 @@ pub fn plan(i: &Input<'_>) -> Plan {
     if let Some(update) = update {
         p.rollout(update);
     }
+    p.remediate();
     p.prune();
     p.counts();
     Plan {
@@ -466,23 +479,41 @@ impl Planner<'_> {
         }
         // Pins the machines of an earlier, finished batch did not get yet
         // (a crash between recording and pinning) are redone by `gate`.
+        let remediating = self.under_remediation();
         let (held, old): (Vec<&MachineView>, Vec<&MachineView>) = machines
             .values()
             .filter(|m| m.pinned != Some(update))
-            .partition(|m| m.paused);
+            .partition(|m| m.paused || remediating.contains(&m.name));
         if old.is_empty() && !held.is_empty() {
-            // Paused machines are not moved: the rollout waits for them.
-            let names: Vec<&str> = held.iter().map(|m| m.name.as_str()).collect();
+            // Paused machines are not moved, nor machines a remediation
+            // acts on: the rollout waits for them.
+            let (paused, fixing): (Vec<&MachineView>, Vec<&MachineView>) =
+                held.iter().partition(|m| m.paused);
+            let names = |v: &[&MachineView]| {
+                v.iter()
+                    .map(|m| m.name.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            };
             self.st.rollout_state = Some(RolloutState::Progressing);
-            self.condition(
-                cond::PROGRESSING,
-                true,
-                "WaitingForPausedMachines",
-                format!(
-                    "{} paused (metalherd.dev/paused): rolled once resumed",
-                    names.join(", ")
-                ),
-            );
+            let (reason, msg) = if paused.is_empty() {
+                (
+                    "WaitingForRemediation",
+                    format!(
+                        "{} being remediated: rolled once it is done",
+                        names(&fixing)
+                    ),
+                )
+            } else {
+                (
+                    "WaitingForPausedMachines",
+                    format!(
+                        "{} paused (metalherd.dev/paused): rolled once resumed",
+                        names(&paused)
+                    ),
+                )
+            };
+            self.condition(cond::PROGRESSING, true, reason, msg);
             return;
         }
         if old.is_empty() {
@@ -560,6 +591,7 @@ impl Planner<'_> {
 
 mod batch;
 mod claim;
+mod remediate;
 mod settle;
 
 #[cfg(test)]

@@ -28,7 +28,10 @@ use super::plan::{Action, Health, Input, MachineView, NotClaimable, plan};
 use super::probe::Prober;
 use crate::api::ConditionStatus;
 use crate::api::machine_set::{REVISION_LABEL, SET_LABEL, SetRevision};
-use crate::api::{Kind, LocalObjectReference, Machine, MachineClass, MachinePhase, MachineSet};
+use crate::api::{
+    Kind, LocalObjectReference, Machine, MachineClass, MachinePhase, MachineSet,
+    POWER_CYCLE_ANNOTATION, REIMAGE_ANNOTATION, RemediationAction,
+};
 use crate::controller::feed::ObjectKey;
 use crate::controller::runner::{Reconciler, Requeue};
 use crate::store::events::{EventType, Regarding, record};
@@ -118,6 +121,13 @@ impl MachineSetReconciler {
                 .map(|c| c.status == ConditionStatus::True)
             });
             v.health.node_ready = Some(ready.unwrap_or(false));
+            v.health.node_unknown = m.status.as_ref().is_none_or(|s| {
+                crate::api::condition::find_condition(
+                    &s.conditions,
+                    crate::controller::machine::plan::cond::NODE_READY,
+                )
+                .is_none_or(|c| c.status == ConditionStatus::Unknown)
+            });
             if ready != Some(true) {
                 v.health.detail = Some("node not Ready".into());
             }
@@ -255,6 +265,11 @@ impl MachineSetReconciler {
                     writes.push(Box::pin(self.pin(&set, machine, rev(*revision))));
                 }
                 Action::Release { machine } => writes.push(Box::pin(self.release(&set, machine))),
+                Action::Remediate {
+                    machine,
+                    action,
+                    request,
+                } => writes.push(Box::pin(self.remediate(&set, machine, *action, request))),
                 Action::Event { .. } => {}
             }
         }
@@ -345,6 +360,33 @@ impl MachineSetReconciler {
             self.machines.put(m);
             return Ok(());
         }
+        self.machines.put(self.store.update_obj(&m).await?);
+        Ok(())
+    }
+
+    /// Ask the Machine controller to act on a machine the set remediates:
+    /// the request goes in the annotation of its action (a new value asks
+    /// again), on a machine still claimed by this set.
+    async fn remediate(
+        &self,
+        set: &MachineSet,
+        name: &str,
+        action: RemediationAction,
+        request: &str,
+    ) -> Result<(), StoreError> {
+        let mut m = self.member(set, name).await?;
+        let set_name = set.metadata.name.clone().unwrap_or_default();
+        if labels(&m).get(SET_LABEL) != Some(&set_name) {
+            return Ok(());
+        }
+        let key = match action {
+            RemediationAction::PowerCycle => POWER_CYCLE_ANNOTATION,
+            RemediationAction::Reimage => REIMAGE_ANNOTATION,
+        };
+        m.metadata
+            .annotations
+            .get_or_insert_default()
+            .insert(key.to_string(), request.to_string());
         self.machines.put(self.store.update_obj(&m).await?);
         Ok(())
     }

@@ -308,6 +308,23 @@ fn ready() {
         c("an annotation already acted on does nothing",
           machine().settled_ready().annotate("metalherd.dev/reimage", "req-1")
               .progress("reimageRequest", "req-1"), up(), 60 * MIN, &["Requeue(300s)"], &["SetPhase"]),
+        c("the reimage request is noted in the boot history",
+          machine().settled_ready().annotate("metalherd.dev/reimage", "req-2"), up(), 60 * MIN,
+          &["SetProgress(reimageRequest=req-2)", "Note(ReimageRequested)", "SetPhase(Reimaging)"], &[]),
+        c("the power-cycle annotation cycles a Ready machine once, its marker first",
+          machine().settled_ready().annotate("metalherd.dev/power-cycle", "set web: PowerCycle 1 of 1"),
+          obs().node(node(false, "v1.33.2")), 60 * MIN,
+          &["SetProgress(powerCycleRequest=set web: PowerCycle 1 of 1)", "Note(PowerCycled)", "PowerCycle",
+            "WaitFor(power cycle)"], &["SetPhase"]),
+        c("a power-cycle request already acted on does nothing",
+          machine().settled_ready().annotate("metalherd.dev/power-cycle", "p1")
+              .progress("powerCycleRequest", "p1"), up(), 60 * MIN, &["Requeue(300s)"], &["PowerCycle"]),
+        c("a power-cycle request waits for an unreachable BMC",
+          machine().settled_ready().annotate("metalherd.dev/power-cycle", "p1"),
+          up().bmc_err("BmcUnreachable"), 60 * MIN, &["WaitFor(BMC)"], &["PowerCycle", "SetProgress(powerCycleRequest"]),
+        c("a paused machine is not power-cycled",
+          machine().settled_ready().annotate("metalherd.dev/power-cycle", "p1")
+              .annotate("metalherd.dev/paused", ""), up(), 60 * MIN, &[], &["PowerCycle"]),
         c("a Node going NotReady is a condition, not a phase change", machine().settled_ready(),
           obs().node(node(false, "v1.33.2")), 60 * MIN,
           &["SetCondition(NodeReady=False:KubeletNotReady)"], &["SetPhase"]),

@@ -5,7 +5,7 @@ use serde_json::json;
 
 use super::*;
 
-fn t(s: i64) -> Timestamp {
+pub(super) fn t(s: i64) -> Timestamp {
     Timestamp::from_second(1_800_000_000 + s).unwrap_or(Timestamp::UNIX_EPOCH)
 }
 
@@ -46,7 +46,7 @@ pub(crate) fn class(version: &str) -> MachineClassSpec {
     }
 }
 
-fn set(replicas: i32, max: serde_json::Value, extra: serde_json::Value) -> MachineSet {
+pub(super) fn set(replicas: i32, max: serde_json::Value, extra: serde_json::Value) -> MachineSet {
     let mut v = json!({
         "apiVersion": "metalherd.dev/v1alpha1", "kind": "MachineSet",
         "metadata": {"name": "workers", "namespace": "default", "generation": 1},
@@ -63,7 +63,12 @@ fn set(replicas: i32, max: serde_json::Value, extra: serde_json::Value) -> Machi
     serde_json::from_value(v).unwrap()
 }
 
-fn m(name: &str, phase: MachinePhase, pinned: Option<i64>, installed: Option<&str>) -> MachineView {
+pub(super) fn m(
+    name: &str,
+    phase: MachinePhase,
+    pinned: Option<i64>,
+    installed: Option<&str>,
+) -> MachineView {
     MachineView {
         name: name.into(),
         created: Some(t(name.len() as i64)),
@@ -76,7 +81,7 @@ fn m(name: &str, phase: MachinePhase, pinned: Option<i64>, installed: Option<&st
     }
 }
 
-fn ready(name: &str, rev: i64, hash: &str) -> MachineView {
+pub(super) fn ready(name: &str, rev: i64, hash: &str) -> MachineView {
     m(name, MachinePhase::Ready, Some(rev), Some(hash))
 }
 
@@ -84,7 +89,7 @@ fn avail(name: &str) -> MachineView {
     m(name, MachinePhase::Available, None, None)
 }
 
-fn run(
+pub(super) fn run(
     s: &MachineSet,
     claimed: Vec<MachineView>,
     cands: Vec<MachineView>,
@@ -100,7 +105,7 @@ fn run(
     })
 }
 
-fn pins(p: &Plan) -> Vec<(String, i64)> {
+pub(super) fn pins(p: &Plan) -> Vec<(String, i64)> {
     p.actions
         .iter()
         .filter_map(|a| match a {
@@ -130,7 +135,7 @@ fn releases(p: &Plan) -> Vec<String> {
         .collect()
 }
 
-fn cond_msg(p: &Plan, ty: &str) -> String {
+pub(super) fn cond_msg(p: &Plan, ty: &str) -> String {
     p.status
         .conditions
         .iter()
@@ -140,7 +145,7 @@ fn cond_msg(p: &Plan, ty: &str) -> String {
 }
 
 /// A set of 4 machines all on revision 1 (class v1), complete.
-fn settled(max: serde_json::Value) -> (MachineSet, String, Vec<MachineView>) {
+pub(super) fn settled(max: serde_json::Value) -> (MachineSet, String, Vec<MachineView>) {
     let mut s = set(4, max, json!({}));
     let v1 = class("1.0");
     let names = ["m1", "m2", "m3", "m4"];
