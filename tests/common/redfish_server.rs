@@ -182,6 +182,23 @@ impl RedfishServer {
     pub fn power(&self) -> String {
         self.sim.lock().expect("lock").power.clone()
     }
+
+    /// The device a boot starting now uses, as a server's firmware takes
+    /// its override: `BootSourceOverrideTarget` (`Pxe`, `Hdd`, `None`), a
+    /// `Once` override consumed by this boot (back to `Disabled`), as the
+    /// Redfish schema says.
+    pub fn take_boot_target(&self) -> String {
+        let mut sim = self.sim.lock().expect("lock");
+        match sim.boot.1.as_str() {
+            "Disabled" => "None".to_string(),
+            "Once" => {
+                sim.boot.1 = "Disabled".into();
+                sim.etag += 1;
+                sim.boot.0.clone()
+            }
+            _ => sim.boot.0.clone(),
+        }
+    }
 }
 
 fn unauthorized() -> Response {

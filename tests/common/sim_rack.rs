@@ -8,7 +8,11 @@
 //! call-homes. The installed "OS" serves a health endpoint on its address
 //! that answers the status named by a `health=NNN` kernel argument of the
 //! script it booted (200 when there is none), as the lab's test OS takes
-//! its answer from the config metalherd served.
+//! its answer from the config metalherd served. Started without a network
+//! boot override (none, `Hdd`, or a `Once` override an earlier boot
+//! consumed), the machine boots its disk:
+//! the installed OS answers again, unless `disk_fault` is set (a fault a
+//! reboot does not cure; the next install clears it).
 
 use std::net::Ipv4Addr;
 use std::sync::Arc;
@@ -35,6 +39,13 @@ pub struct SimMachine {
     /// While set, the "installer" waits before it calls home `installed`
     /// (after its Ignition fetch): a provisioning held in flight.
     pub hold_install: AtomicBool,
+    /// What the installed OS answers (0: nothing installed yet).
+    pub installed: AtomicU16,
+    /// The installed OS is broken on disk: a disk boot comes up answering
+    /// 500; an install clears it.
+    pub disk_fault: AtomicBool,
+    /// Boots from the disk (power-ons without a network boot override).
+    pub disk_boots: AtomicUsize,
 }
 
 pub struct SimRack {
@@ -96,6 +107,9 @@ impl SimRack {
                 boots: AtomicUsize::new(0),
                 health: AtomicU16::new(200),
                 hold_install: AtomicBool::new(false),
+                installed: AtomicU16::new(0),
+                disk_fault: AtomicBool::new(false),
+                disk_boots: AtomicUsize::new(0),
             });
             let listener = tokio::net::TcpListener::bind((m.ip, health_port))
                 .await
@@ -152,7 +166,11 @@ async fn run(m: Arc<SimMachine>, boot_url: String, stop: Arc<AtomicBool>) {
         let ons = m.bmc.counters().power_ons;
         if ons > seen {
             seen = ons;
-            walk(&m, &boot_url, &stop).await;
+            if m.bmc.take_boot_target() == "Pxe" {
+                walk(&m, &boot_url, &stop).await;
+            } else {
+                disk_boot(&m);
+            }
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
@@ -170,6 +188,22 @@ async fn until_ok(c: &reqwest::Client, post: bool, url: &str, stop: &AtomicBool)
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     String::new()
+}
+
+/// A boot from the disk: the installed OS comes up (broken while
+/// `disk_fault` is set); with nothing installed, nothing answers anew.
+fn disk_boot(m: &SimMachine) {
+    let installed = m.installed.load(Ordering::SeqCst);
+    if installed == 0 {
+        return;
+    }
+    let answer = if m.disk_fault.load(Ordering::SeqCst) {
+        500
+    } else {
+        installed
+    };
+    m.health.store(answer, Ordering::SeqCst);
+    m.disk_boots.fetch_add(1, Ordering::SeqCst);
 }
 
 /// One network boot: script, Ignition, installed, reboot from disk, booted.
@@ -225,6 +259,8 @@ async fn walk(m: &SimMachine, base: &str, stop: &AtomicBool) {
         .and_then(|v| v.parse().ok())
         .unwrap_or(200);
     m.health.store(answer, Ordering::SeqCst);
+    m.installed.store(answer, Ordering::SeqCst);
+    m.disk_fault.store(false, Ordering::SeqCst);
     until_ok(&c, true, &home("booted"), stop).await;
     m.boots.fetch_add(1, Ordering::SeqCst);
 }
@@ -375,7 +411,13 @@ impl Story {
 
     /// `metalherd apply` of the set `workers` with this class and replicas.
     pub async fn apply_set(&self, class: &str, replicas: i32, deadline: u32) {
-        let set = json!({
+        self.apply_set_with(class, replicas, deadline, json!({}))
+            .await
+    }
+
+    /// As [`Story::apply_set`], with `extra` merged into the set's spec.
+    pub async fn apply_set_with(&self, class: &str, replicas: i32, deadline: u32, extra: Value) {
+        let mut set = json!({
             "apiVersion": "metalherd.dev/v1alpha1", "kind": "MachineSet",
             "metadata": {"name": "workers", "namespace": "default"},
             "spec": {
@@ -391,6 +433,11 @@ impl Story {
                 }
             }
         });
+        if let (Some(spec), Some(e)) = (set["spec"].as_object_mut(), extra.as_object()) {
+            for (k, v) in e {
+                spec.insert(k.clone(), v.clone());
+            }
+        }
         let path = self.dir.path().join("workers.json");
         std::fs::write(&path, set.to_string()).unwrap();
         let (ok, out, err) = self.cli(&["apply", "-f", path.to_str().unwrap()]).await;

@@ -44,6 +44,17 @@ const MACHINE_WRITES: usize = 64;
 
 /// How often a set with a batch in flight looks again (gate clocks).
 pub const GATE_POLL: Duration = Duration::from_secs(2);
+/// How often a set that remediates on its health probe probes a settled
+/// pool (a Node going NotReady changes its Machine, which wakes the set).
+pub const HEALTH_POLL: Duration = Duration::from_secs(5);
+
+fn probe_configured(set: &MachineSet) -> bool {
+    set.spec
+        .update_strategy
+        .as_ref()
+        .and_then(|u| u.health_check.as_ref())
+        .is_some_and(|h| h.http_probe.is_some())
+}
 
 /// How long a reconcile waits for the Machine cache's first list before it
 /// gives the key back to the queue.
@@ -297,8 +308,11 @@ impl MachineSetReconciler {
         }
         Ok(if conflicts {
             Requeue::After(Duration::from_millis(200))
-        } else if in_flight || !p.actions.is_empty() {
+        } else if in_flight || !p.actions.is_empty() || !p.status.remediations.is_empty() {
             Requeue::After(GATE_POLL)
+        } else if set.spec.remediation.is_some() && probe_configured(&set) {
+            // A failing probe changes no Machine: only looking finds it.
+            Requeue::After(HEALTH_POLL)
         } else {
             Requeue::Periodic
         })
