@@ -3,7 +3,7 @@
 //! Redfish BMC from sushy-tools' libvirt driver, the Debian node image
 //! deploy/node-image/ builds, the lab's kubeadm-made cluster). A real node
 //! costs minutes of software emulation per install, so one server lives
-//! through the three stories, in order, in one test:
+//! through the stories, in order, in one test:
 //!
 //! - `provision_a_server` (provision.rs): declared with its BMC, network
 //!   and class, the server is installed by real Ignition and
@@ -12,6 +12,10 @@
 //! - `reimage_in_place` (reimage.rs): a class change drains the Node
 //!   through the eviction API (a budget refuses first), reinstalls the same
 //!   server keeping its `data` partition, and the Node rejoins.
+//! - `remediate_an_unhealthy_node` (remediate.rs): a MachineSet with a
+//!   remediation policy adopts the server; suspended through libvirt, its
+//!   Node goes NotReady, the set has it power-cycled through its BMC, and
+//!   it comes back from its disk without a reinstall.
 //! - `retire_a_server` (retire.rs): deleting the Machine drains and deletes
 //!   the Node, network-boots the live system where `metalherd-wipe.sh`
 //!   clears the disk (the class wipes on deprovision), powers the server
@@ -33,6 +37,8 @@ mod hints;
 mod provision;
 #[path = "provision_reimage_and_retire_a_server/reimage.rs"]
 mod reimage;
+#[path = "provision_reimage_and_retire_a_server/remediate.rs"]
+mod remediate;
 #[path = "provision_reimage_and_retire_a_server/retire.rs"]
 mod retire;
 
@@ -62,6 +68,9 @@ fn provision_reimage_and_retire_a_server() {
     let s = Instant::now();
     reimage::reimage_in_place(&lab);
     eprintln!("lab: reimage_in_place took {:?}", s.elapsed());
+    let s = Instant::now();
+    remediate::remediate_an_unhealthy_node(&lab);
+    eprintln!("lab: remediate_an_unhealthy_node took {:?}", s.elapsed());
     let s = Instant::now();
     retire::retire_a_server(&lab);
     eprintln!("lab: retire_a_server took {:?}", s.elapsed());

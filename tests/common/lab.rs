@@ -469,6 +469,28 @@ impl Lab {
             .count()
     }
 
+    /// `virsh ARGS` against the lab's libvirt (domains are `{ns}-vmN`).
+    pub fn virsh(&self, args: &[&str]) -> String {
+        let r = self.run.display();
+        let quoted: Vec<String> = args.iter().map(|a| format!("'{a}'")).collect();
+        let out = Command::new("bash")
+            .arg("-c")
+            .arg(format!(
+                ". '{}'; lab_virsh '{r}' {}",
+                lib().display(),
+                quoted.join(" ")
+            ))
+            .output()
+            .expect("virsh");
+        assert!(
+            out.status.success(),
+            "virsh {}: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
     /// Whether libvirt reports the VM running.
     pub fn vm_running(&self, i: usize) -> bool {
         let r = self.run.display();
