@@ -117,6 +117,11 @@ pub struct MachineSpec {
     /// as any other.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub externally_provisioned: bool,
+    /// Power-cycle, then reimage, this machine when its Node stays
+    /// NotReady (a standalone Machine; a MachineSet's policy rules the
+    /// machines it claims). `maxUnhealthy` and `ProbeFailing` are a set's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub remediation: Option<super::RemediationPolicy>,
 }
 
 /// How to reach a server's BMC.
@@ -284,6 +289,10 @@ pub struct MachineStatus {
     pub conditions: Vec<Condition>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_error: Option<LastError>,
+    /// Under `spec.remediation`: since when the machine is unhealthy, why,
+    /// and the actions taken (gone once it recovered).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub remediation: Option<super::MachineRemediation>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub boot_history: Vec<BootEvent>,
     /// The network boot in progress (or last completed).

@@ -8,6 +8,7 @@ pub mod feed;
 pub mod machine;
 pub mod machine_set;
 pub mod queue;
+pub mod remediation;
 pub mod runner;
 pub mod start;
 pub mod storm;

@@ -151,6 +151,35 @@ pub(super) fn validate_image(img: &OsImage, at: &str, errs: &mut ValidationError
     }
 }
 
+/// A remediation policy at `path`: durations and counts in range,
+/// `maxUnhealthy` a count or a percentage.
+pub(super) fn validate_remediation(
+    r: &crate::api::RemediationPolicy,
+    path: &str,
+    errs: &mut ValidationErrors,
+) {
+    for (f, v, min) in [
+        ("unhealthySeconds", r.unhealthy_seconds, 0),
+        ("recoverySeconds", r.recovery_seconds, 1),
+        ("powerCycles", r.power_cycles.map(i64::from), 0),
+        ("reimages", r.reimages.map(i64::from), 0),
+    ] {
+        if let Some(v) = v
+            && v < min
+        {
+            errs.push(
+                format!("{path}.{f}"),
+                format!("must be {min} or more, got {v}"),
+            );
+        }
+    }
+    if let Some(m) = &r.max_unhealthy
+        && let Err(e) = crate::api::remediation::parse_max_unhealthy(m)
+    {
+        errs.push(format!("{path}.maxUnhealthy"), e.to_string());
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -4,7 +4,7 @@
 use std::net::IpAddr;
 
 use super::ValidationErrors;
-use super::common::{is_dns_label, is_dns_subdomain, validate_overrides};
+use super::common::{is_dns_label, is_dns_subdomain, validate_overrides, validate_remediation};
 use crate::api::machine::{MachineNetwork, MachineSpec};
 
 /// Parsed BMC address.
@@ -78,6 +78,23 @@ pub fn parse_bmc_address(s: &str) -> Result<BmcAddress, BmcAddressError> {
 
 pub(super) fn validate_machine_spec(spec: &MachineSpec) -> Result<(), ValidationErrors> {
     let mut errs = ValidationErrors::default();
+    if let Some(r) = &spec.remediation {
+        validate_remediation(r, "spec.remediation", &mut errs);
+        if r.max_unhealthy.is_some() {
+            errs.push(
+                "spec.remediation.maxUnhealthy",
+                "is a MachineSet's (how many of its machines may be unhealthy); a Machine has no pool",
+            );
+        }
+        if r.unhealthy_when
+            .contains(&crate::api::remediation::UnhealthySignal::ProbeFailing)
+        {
+            errs.push(
+                "spec.remediation.unhealthyWhen",
+                "ProbeFailing needs a MachineSet's health probe; a Machine's policy acts on NodeNotReady",
+            );
+        }
+    }
     if let Err(e) = parse_bmc_address(&spec.bmc.address) {
         errs.push("spec.bmc.address", e.to_string());
     }
@@ -219,6 +236,25 @@ mod tests {
 
     fn first(kind: Kind, v: &Value) -> String {
         validate(kind, v).unwrap_err().0[0].to_string()
+    }
+
+    #[test]
+    fn a_machines_remediation_has_no_pool_and_no_probe() {
+        let mut spec = good_spec();
+        spec["remediation"] = json!({"unhealthySeconds": 60, "powerCycles": 2});
+        assert!(validate(Kind::Machine, &machine(spec.clone())).is_ok());
+        spec["remediation"] = json!({"maxUnhealthy": 1, "unhealthyWhen": ["ProbeFailing"],
+            "recoverySeconds": 0});
+        let errs: Vec<String> = validate(Kind::Machine, &machine(spec))
+            .unwrap_err()
+            .0
+            .iter()
+            .map(ToString::to_string)
+            .collect();
+        assert_eq!(errs.len(), 3, "{errs:?}");
+        assert!(errs[0].starts_with("spec.remediation.recoverySeconds: must be 1 or more"));
+        assert!(errs[1].starts_with("spec.remediation.maxUnhealthy: is a MachineSet's"));
+        assert!(errs[2].starts_with("spec.remediation.unhealthyWhen: ProbeFailing needs"));
     }
 
     #[test]

@@ -4,9 +4,8 @@
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
 use super::ValidationErrors;
-use super::common::validate_overrides;
+use super::common::{validate_overrides, validate_remediation};
 use crate::api::machine_set::{MachineSetSpec, StrategyType};
-use crate::api::remediation::{RemediationPolicy, parse_max_unhealthy};
 
 /// Check a MachineSet spec; every problem names its field.
 pub(super) fn validate_set_spec(spec: &MachineSetSpec) -> Result<(), ValidationErrors> {
@@ -40,7 +39,7 @@ pub(super) fn validate_set_spec(spec: &MachineSetSpec) -> Result<(), ValidationE
         );
     }
     if let Some(r) = &spec.remediation {
-        validate_remediation(r, &mut errs);
+        validate_remediation(r, "spec.remediation", &mut errs);
     }
     let Some(us) = &spec.update_strategy else {
         return errs.into_result();
@@ -148,29 +147,6 @@ pub fn parse_max_unavailable(v: &IntOrString) -> Result<MaxUnavailable, MaxUnava
                     .ok_or_else(|| MaxUnavailableError::NotACountOrPercentage(s.clone())),
             }
         }
-    }
-}
-
-/// `spec.remediation`: durations and counts in range, `maxUnhealthy` a
-/// count or a percentage.
-fn validate_remediation(r: &RemediationPolicy, errs: &mut ValidationErrors) {
-    let at = |f: &str| format!("spec.remediation.{f}");
-    for (f, v, min) in [
-        ("unhealthySeconds", r.unhealthy_seconds, 0),
-        ("recoverySeconds", r.recovery_seconds, 1),
-        ("powerCycles", r.power_cycles.map(i64::from), 0),
-        ("reimages", r.reimages.map(i64::from), 0),
-    ] {
-        if let Some(v) = v
-            && v < min
-        {
-            errs.push(at(f), format!("must be {min} or more, got {v}"));
-        }
-    }
-    if let Some(m) = &r.max_unhealthy
-        && let Err(e) = parse_max_unhealthy(m)
-    {
-        errs.push(at("maxUnhealthy"), e.to_string());
     }
 }
 

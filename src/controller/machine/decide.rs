@@ -100,6 +100,9 @@ impl Planner<'_> {
         ) {
             self.observe_node();
         }
+        if matches!(phase, MachinePhase::Ready | MachinePhase::Reimaging) {
+            self.remediation_record();
+        }
         let next = match phase {
             MachinePhase::Registering => self.registering(),
             MachinePhase::Available => self.available(),
@@ -477,7 +480,7 @@ impl Planner<'_> {
                 );
                 let changed = !self.runs_wanted(&c.clone());
                 if !changed && request.is_none() {
-                    return resync;
+                    return self.remediation_action().unwrap_or(resync);
                 }
                 if let Some(v) = request {
                     self.set_progress(Mark::ReimageRequest(v.clone()));

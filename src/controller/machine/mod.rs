@@ -10,6 +10,7 @@ pub mod execute;
 pub mod hw_labels;
 pub mod plan;
 pub mod reconcile;
+mod remediate;
 
 #[cfg(test)]
 mod tests;

@@ -50,6 +50,8 @@ pub mod cond {
     /// True in phase Ready (provisioned, its Node up): what
     /// `kubectl wait --for=condition=Ready` waits for.
     pub const READY: &str = "Ready";
+    /// False once the Machine's own remediation policy gave up on it.
+    pub const REMEDIATION: &str = "Remediation";
 }
 
 /// The `Ready` condition that goes with phase `p`: `True` only in phase
@@ -214,6 +216,8 @@ pub enum Step {
     ClearProvisioned,
     SetNodeRef(String),
     SetObserved(ObservedVersions),
+    /// The standalone Machine's remediation record (`None`: drop it).
+    SetRemediation(Option<crate::api::MachineRemediation>),
     /// A step the controller itself took on request, added to the boot
     /// history (and told as an event, reason the step's word).
     Note {
@@ -310,6 +314,16 @@ impl fmt::Display for Step {
             MarkProvisioned { revision } => write!(f, "MarkProvisioned({revision})"),
             SetNodeRef(n) => write!(f, "SetNodeRef({n})"),
             Note { step, .. } => write!(f, "Note({step})"),
+            SetRemediation(r) => match r {
+                Some(r) => write!(
+                    f,
+                    "SetRemediation({}c,{}r{})",
+                    r.power_cycles,
+                    r.reimages,
+                    if r.exhausted { ",exhausted" } else { "" }
+                ),
+                None => write!(f, "SetRemediation(-)"),
+            },
             SetObserved(o) => write!(
                 f,
                 "SetObserved({})",
@@ -500,6 +514,7 @@ pub fn apply_status(status: &mut MachineStatus, step: &Step, now: Timestamp) {
         }
         Step::SetNodeRef(n) => status.node_ref = Some(LocalObjectReference { name: n.clone() }),
         Step::SetObserved(o) => status.observed = Some(o.clone()),
+        Step::SetRemediation(r) => status.remediation = r.clone(),
         Step::Note { step, detail } => {
             let ev = BootEvent {
                 time: now,

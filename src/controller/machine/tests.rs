@@ -17,6 +17,7 @@ use crate::api::condition::set_condition;
 use crate::api::*;
 use crate::cluster::NodeState;
 
+mod remediate;
 mod table;
 mod units;
 mod walk;

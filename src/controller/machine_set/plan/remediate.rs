@@ -24,30 +24,27 @@ use std::collections::BTreeMap;
 
 use super::*;
 use crate::api::remediation::{MachineRemediation, RemediationAction, Resolved};
+use crate::controller::remediation::{
+    Next, Seen, acting, exhausted_message, next, observe, request,
+};
 
-/// A machine of the set, judged by the policy: why it is unhealthy.
-fn unhealthy(r: &Resolved, m: &MachineView) -> Option<String> {
+/// A machine of the set, judged by the policy.
+fn seen(r: &Resolved, m: &MachineView) -> Seen {
     if m.phase != MachinePhase::Ready {
-        return None;
+        return Seen::NotReady;
     }
     let node = r.node_not_ready && m.health.node_ready == Some(false) && !m.health.node_unknown;
     let probe = r.probe_failing && m.health.probe_ok == Some(false);
-    (node || probe).then(|| {
-        m.health
-            .detail
-            .clone()
-            .unwrap_or_else(|| "unhealthy".to_string())
-    })
-}
-
-/// Whether a record says an action is still at work on its machine (the
-/// rollout leaves such a machine alone).
-pub(super) fn acting(rec: &MachineRemediation, recovery: Duration, now: Timestamp) -> bool {
-    !rec.exhausted
-        && rec.healthy_since.is_none()
-        && rec
-            .last_action_at
-            .is_some_and(|at| since(at, now) < recovery)
+    if node || probe {
+        Seen::Unhealthy(
+            m.health
+                .detail
+                .clone()
+                .unwrap_or_else(|| "unhealthy".to_string()),
+        )
+    } else {
+        Seen::Healthy
+    }
 }
 
 impl Planner<'_> {
@@ -90,55 +87,23 @@ impl Planner<'_> {
             .into_iter()
             .map(|m| (m.name.clone(), m.clone()))
             .collect();
-        let mut records: BTreeMap<String, MachineRemediation> =
+        let mut old: BTreeMap<String, MachineRemediation> =
             std::mem::take(&mut self.st.remediations)
                 .into_iter()
-                .filter(|rec| machines.contains_key(&rec.machine))
                 .map(|rec| (rec.machine.clone(), rec))
                 .collect();
+        let mut records: BTreeMap<String, MachineRemediation> = BTreeMap::new();
         for m in machines.values() {
-            let why = unhealthy(&r, m);
-            match (why, records.get_mut(&m.name)) {
-                (Some(why), Some(rec)) => {
-                    rec.healthy_since = None;
-                    rec.unhealthy_since.get_or_insert(now);
-                    rec.reason = why;
-                }
-                (Some(why), None) => {
-                    records.insert(
-                        m.name.clone(),
-                        MachineRemediation {
-                            machine: m.name.clone(),
-                            unhealthy_since: Some(now),
-                            reason: why,
-                            ..Default::default()
-                        },
-                    );
-                }
-                (None, Some(rec)) if rec.last_action.is_none() => {
-                    records.remove(&m.name);
-                }
-                (None, Some(rec)) if m.phase != MachinePhase::Ready => {
-                    // Being reimaged: once Ready again it is judged afresh.
-                    rec.unhealthy_since = None;
-                }
-                (None, Some(rec)) => {
-                    let at = *rec.healthy_since.get_or_insert(now);
-                    if since(at, now) >= r.unhealthy {
-                        let what = rec
-                            .last_action
-                            .map_or("", RemediationAction::as_str)
-                            .to_string();
-                        let name = m.name.clone();
-                        records.remove(&name);
-                        self.event(
-                            false,
-                            "RemediationSucceeded",
-                            format!("{name} healthy again after {what}"),
-                        );
-                    }
-                }
-                (None, None) => {}
+            let o = observe(old.remove(&m.name), &m.name, seen(&r, m), &r, now);
+            if let Some(after) = o.recovered {
+                self.event(
+                    false,
+                    "RemediationSucceeded",
+                    format!("{} healthy again after {}", m.name, after.as_str()),
+                );
+            }
+            if let Some(rec) = o.record {
+                records.insert(m.name.clone(), rec);
             }
         }
         let unhealthy: Vec<String> = records
@@ -181,65 +146,36 @@ impl Planner<'_> {
             .iter()
             .flat_map(|b| b.machines.iter().map(|m| m.name.clone()))
             .collect();
-        let set_name = self.i.set.metadata.name.clone().unwrap_or_default();
+        let who = format!(
+            "MachineSet {}",
+            self.i.set.metadata.name.as_deref().unwrap_or_default()
+        );
         for rec in records.values_mut() {
             let Some(m) = machines.get(&rec.machine) else {
                 continue;
             };
-            let Some(since_when) = rec.unhealthy_since else {
-                continue;
-            };
-            if rec.exhausted
-                || rec.healthy_since.is_some()
-                || m.paused
-                || m.phase != MachinePhase::Ready
-                || in_batch.contains(&rec.machine)
-                || since(since_when, now) < r.unhealthy
-                || rec
-                    .last_action_at
-                    .is_some_and(|at| since(at, now) < r.recovery)
-            {
+            if m.paused || m.phase != MachinePhase::Ready || in_batch.contains(&rec.machine) {
                 continue;
             }
-            let (action, n, of) = if rec.power_cycles < r.power_cycles {
-                rec.power_cycles += 1;
-                (
-                    RemediationAction::PowerCycle,
-                    rec.power_cycles,
-                    r.power_cycles,
-                )
-            } else if rec.reimages < r.reimages {
-                rec.reimages += 1;
-                (RemediationAction::Reimage, rec.reimages, r.reimages)
-            } else {
-                rec.exhausted = true;
-                self.event(
-                    true,
-                    "RemediationExhausted",
-                    format!(
-                        "{} still unhealthy ({}) after {} power cycles and {} reimages: left alone",
-                        rec.machine, rec.reason, rec.power_cycles, rec.reimages
-                    ),
-                );
-                continue;
-            };
-            rec.last_action = Some(action);
-            rec.last_action_at = Some(now);
-            let request = format!(
-                "MachineSet {set_name}: {} {n} of {of} at {now}: {}",
-                action.as_str(),
-                rec.reason
-            );
-            self.event(
-                false,
-                &format!("Remediation{}", action.as_str()),
-                format!("{}: {request}", rec.machine),
-            );
-            self.actions.push(Action::Remediate {
-                machine: rec.machine.clone(),
-                action,
-                request,
-            });
+            match next(rec, &r, now) {
+                Next::Wait => {}
+                Next::GiveUp => {
+                    self.event(true, "RemediationExhausted", exhausted_message(rec));
+                }
+                Next::Act { action, n, of } => {
+                    let request = request(&who, action, n, of, now, &rec.reason);
+                    self.event(
+                        false,
+                        &format!("Remediation{}", action.as_str()),
+                        format!("{}: {request}", rec.machine),
+                    );
+                    self.actions.push(Action::Remediate {
+                        machine: rec.machine.clone(),
+                        action,
+                        request,
+                    });
+                }
+            }
         }
         self.st.remediations = records.into_values().collect();
     }
