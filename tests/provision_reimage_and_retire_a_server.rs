@@ -11,7 +11,9 @@
 //!   its Node is.
 //! - `reimage_in_place` (reimage.rs): a class change drains the Node
 //!   through the eviction API (a budget refuses first), reinstalls the same
-//!   server keeping its `data` partition, and the Node rejoins.
+//!   server keeping its `data` partition, and the Node rejoins; the new
+//!   class also sets a BIOS attribute, written through sushy-tools before
+//!   the reinstall's boot and read back after it.
 //! - `remediate_an_unhealthy_node` (remediate.rs): a MachineSet with a
 //!   remediation policy adopts the server; suspended through libvirt, its
 //!   Node goes NotReady, the set has it power-cycled through its BMC, and
@@ -51,6 +53,13 @@ use common::lab_nodes::NODE_READY_TIMEOUT;
 /// the server is retired (the wipe clears everything; a reimage keeps the
 /// `data` partition).
 pub const WIPE: (&str, &str) = ("LAB_NODE_CLASS_EXTRA", "  wipeOnDeprovision: true");
+
+/// `WIPE` and a BIOS attribute, from the reimage on: the reimage writes it
+/// through sushy-tools before its boot and reads it back after.
+pub const TUNED: (&str, &str) = (
+    "LAB_NODE_CLASS_EXTRA",
+    "  wipeOnDeprovision: true\n  biosAttributes:\n    ProcTurboMode: Disabled",
+);
 
 #[test]
 fn provision_reimage_and_retire_a_server() {

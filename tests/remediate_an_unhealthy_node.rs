@@ -230,6 +230,32 @@ async fn remediate_an_unhealthy_node_on_the_simulated_rack() {
     assert_eq!(count("power_cycled").await, 3.0);
     assert_eq!(count("reimaged").await, 1.0);
     assert_eq!(count("recovered").await, 3.0);
+
+    // Deleting the set leaves its machines as they are: unclaimed, still
+    // Ready on what they run, not reimaged for their revision's new name.
+    let boots = s.rack.boots();
+    let (ok, out, err) = s.cli(&["delete", "machineset", "workers"]).await;
+    assert!(ok, "{out}{err}");
+    until(&s, Duration::from_secs(30), "machines released", || async {
+        let ms = s.machines().await;
+        ms.iter()
+            .all(|m| m["metadata"]["labels"]["metalherd.dev/machineset"].is_null())
+            .then_some(())
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    for m in s.machines().await {
+        assert_eq!(m["status"]["phase"], "Ready", "{:#}", m["status"]);
+        let up = m["status"]["conditions"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|c| c["type"] == "UpToDate")
+            .cloned()
+            .unwrap_or_default();
+        assert_eq!(up["status"], "True", "{up}");
+    }
+    assert_eq!(s.rack.boots(), boots, "no reimage");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

@@ -193,6 +193,9 @@ pub struct MachineOverrides {
     pub kubelet_version: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub container_runtime: Option<ContainerRuntime>,
+    /// BIOS attributes over the class's (same name: this value wins).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub bios_attributes: BTreeMap<String, String>,
 }
 
 /// Which disk to install to; all given hints must match.
@@ -285,10 +288,20 @@ pub struct MachineStatus {
     /// Hash of the revision (image, kubelet, runtime + overrides) last installed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub provisioned_revision: Option<String>,
+    /// What that install put on the server (image, versions, BIOS), as a
+    /// hash, whatever named the revision (a set names it by its snapshot):
+    /// a machine a deleted set leaves behind still runs what its class
+    /// installs and is not reimaged for the name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub installed_hash: Option<String>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_error: Option<LastError>,
+    /// The BIOS attributes as the BMC last reported them (read before and
+    /// after each install or reimage whose class sets some).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bios: Option<BiosStatus>,
     /// Under `spec.remediation`: since when the machine is unhealthy, why,
     /// and the actions taken (gone once it recovered).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -305,6 +318,16 @@ pub struct MachineStatus {
     #[serde(default, skip_serializing_if = "BootProgress::is_empty")]
     #[schemars(with = "BTreeMap<String, String>")]
     pub progress: BootProgress,
+}
+
+/// BIOS attributes read from the BMC (values as text).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct BiosStatus {
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub attributes: BTreeMap<String, String>,
+    #[schemars(with = "String")]
+    pub read_at: Timestamp,
 }
 
 /// One network boot: minted by the controller before it powers the server,

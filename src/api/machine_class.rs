@@ -66,6 +66,12 @@ pub struct MachineClassSpec {
     /// Wipe disks when a machine of this class is deprovisioned.
     #[serde(default)]
     pub wipe_on_deprovision: bool,
+    /// BIOS attributes (Redfish `Bios` attribute names and values) set
+    /// before each install or reimage: what differs is written to
+    /// `Bios/Settings`, the boot applies it, and it is read back after the
+    /// install; an attribute the BMC did not apply fails the boot, named.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub bios_attributes: BTreeMap<String, String>,
 }
 
 /// The `spec.image.os` values metalherd installs: Flatcar Container Linux,

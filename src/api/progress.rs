@@ -51,6 +51,9 @@ pub struct BootProgress {
     /// The power-cycle annotation value already acted on.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub power_cycle_request: Option<String>,
+    /// Boot id before whose power-on the BIOS settings were written.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bios_written_for: Option<String>,
     /// Failed boots in a row.
     #[serde(default, skip_serializing_if = "Option::is_none", with = "text")]
     pub attempts: Option<u32>,
@@ -73,6 +76,7 @@ pub enum Mark {
     PreviousBoot(String),
     ReimageRequest(String),
     PowerCycleRequest(String),
+    BiosWrittenFor(String),
     Attempts(u32),
     RetryAt(Timestamp),
     ErrorFrom(MachinePhase),
@@ -89,6 +93,7 @@ pub enum MarkKey {
     PreviousBoot,
     ReimageRequest,
     PowerCycleRequest,
+    BiosWrittenFor,
     Attempts,
     RetryAt,
     ErrorFrom,
@@ -106,6 +111,7 @@ impl MarkKey {
             MarkKey::PreviousBoot => "previousBoot",
             MarkKey::ReimageRequest => "reimageRequest",
             MarkKey::PowerCycleRequest => "powerCycleRequest",
+            MarkKey::BiosWrittenFor => "biosWrittenFor",
             MarkKey::Attempts => "attempts",
             MarkKey::RetryAt => "retryAt",
             MarkKey::ErrorFrom => "errorFrom",
@@ -130,6 +136,7 @@ impl Mark {
             Mark::PreviousBoot(_) => MarkKey::PreviousBoot,
             Mark::ReimageRequest(_) => MarkKey::ReimageRequest,
             Mark::PowerCycleRequest(_) => MarkKey::PowerCycleRequest,
+            Mark::BiosWrittenFor(_) => MarkKey::BiosWrittenFor,
             Mark::Attempts(_) => MarkKey::Attempts,
             Mark::RetryAt(_) => MarkKey::RetryAt,
             Mark::ErrorFrom(_) => MarkKey::ErrorFrom,
@@ -147,7 +154,8 @@ impl fmt::Display for Mark {
             | Mark::NodeRemovedFor(s)
             | Mark::PreviousBoot(s)
             | Mark::ReimageRequest(s)
-            | Mark::PowerCycleRequest(s) => f.write_str(s),
+            | Mark::PowerCycleRequest(s)
+            | Mark::BiosWrittenFor(s) => f.write_str(s),
             Mark::PoweredAt(t) | Mark::PowerOffAt(t) | Mark::RetryAt(t) => write!(f, "{t}"),
             Mark::Attempts(n) => write!(f, "{n}"),
             Mark::ErrorFrom(p) => f.write_str(p.as_str()),
@@ -171,6 +179,7 @@ impl BootProgress {
             Mark::PreviousBoot(s) => self.previous_boot = Some(s),
             Mark::ReimageRequest(s) => self.reimage_request = Some(s),
             Mark::PowerCycleRequest(s) => self.power_cycle_request = Some(s),
+            Mark::BiosWrittenFor(s) => self.bios_written_for = Some(s),
             Mark::Attempts(n) => self.attempts = Some(n),
             Mark::RetryAt(t) => self.retry_at = Some(t),
             Mark::ErrorFrom(p) => self.error_from = Some(p),
@@ -188,6 +197,7 @@ impl BootProgress {
             Mark::PreviousBoot(s) => self.previous_boot.as_ref() == Some(s),
             Mark::ReimageRequest(s) => self.reimage_request.as_ref() == Some(s),
             Mark::PowerCycleRequest(s) => self.power_cycle_request.as_ref() == Some(s),
+            Mark::BiosWrittenFor(s) => self.bios_written_for.as_ref() == Some(s),
             Mark::Attempts(n) => self.attempts.as_ref() == Some(n),
             Mark::RetryAt(t) => self.retry_at.as_ref() == Some(t),
             Mark::ErrorFrom(p) => self.error_from.as_ref() == Some(p),
@@ -205,6 +215,7 @@ impl BootProgress {
             MarkKey::PreviousBoot => self.previous_boot.is_some(),
             MarkKey::ReimageRequest => self.reimage_request.is_some(),
             MarkKey::PowerCycleRequest => self.power_cycle_request.is_some(),
+            MarkKey::BiosWrittenFor => self.bios_written_for.is_some(),
             MarkKey::Attempts => self.attempts.is_some(),
             MarkKey::RetryAt => self.retry_at.is_some(),
             MarkKey::ErrorFrom => self.error_from.is_some(),
@@ -222,6 +233,7 @@ impl BootProgress {
             MarkKey::PreviousBoot => self.previous_boot = None,
             MarkKey::ReimageRequest => self.reimage_request = None,
             MarkKey::PowerCycleRequest => self.power_cycle_request = None,
+            MarkKey::BiosWrittenFor => self.bios_written_for = None,
             MarkKey::Attempts => self.attempts = None,
             MarkKey::RetryAt => self.retry_at = None,
             MarkKey::ErrorFrom => self.error_from = None,

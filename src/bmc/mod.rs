@@ -221,6 +221,25 @@ pub trait Bmc: Send + Sync {
     /// Set a one-time boot override and read it back (`BootOverrideIgnored`).
     async fn set_boot_once(&self, device: BootDevice, mode: FirmwareMode) -> Result<(), BmcError>;
     async fn inventory(&self) -> Result<Inventory, BmcError>;
+    /// The BIOS attributes in effect (values as text).
+    async fn bios(&self) -> Result<std::collections::BTreeMap<String, String>, BmcError> {
+        Err(BmcError::Unsupported {
+            address: String::new(),
+            what: "BIOS attributes".into(),
+        })
+    }
+    /// Ask for BIOS attributes to be set (pending: the next boot applies
+    /// them, as Redfish `Bios/Settings` says).
+    async fn set_bios(
+        &self,
+        attributes: &std::collections::BTreeMap<String, String>,
+    ) -> Result<(), BmcError> {
+        let _ = attributes;
+        Err(BmcError::Unsupported {
+            address: String::new(),
+            what: "BIOS attributes".into(),
+        })
+    }
     /// Names of the quirk entries that apply to this BMC (empty: the
     /// standard path). Drivers that match quirks connect when needed.
     async fn applied_quirks(&self) -> Result<Vec<String>, BmcError> {

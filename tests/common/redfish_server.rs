@@ -13,7 +13,7 @@ use axum::Router;
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
+use axum::routing::{get, patch, post};
 use base64::Engine;
 use serde_json::{Value, json};
 
@@ -41,6 +41,10 @@ pub struct ServerOptions {
     pub manufacturer: String,
     /// What the System reports as `MemorySummary.TotalSystemMemoryGiB`.
     pub memory_gib: u64,
+    /// BIOS attributes this BMC accepts into its pending settings but
+    /// drops when a boot applies them (as firmware drops a value it does
+    /// not support).
+    pub bios_dropped: Vec<String>,
 }
 
 impl Default for ServerOptions {
@@ -57,6 +61,7 @@ impl Default for ServerOptions {
             system_padding: 0,
             manufacturer: "metalherd test BMC".into(),
             memory_gib: 64,
+            bios_dropped: Vec::new(),
         }
     }
 }
@@ -93,6 +98,9 @@ pub struct Sim {
     tasks: HashMap<u32, (u32, String)>,
     /// When set, the next task ends in Exception.
     pub fail_next_task: bool,
+    /// BIOS attributes in effect, and those a boot applies next.
+    pub bios: serde_json::Map<String, Value>,
+    pub bios_pending: serde_json::Map<String, Value>,
 }
 
 pub struct RedfishServer {
@@ -129,6 +137,12 @@ impl RedfishServer {
             etag: 1,
             tasks: HashMap::new(),
             fail_next_task: false,
+            bios: json!({"ProcTurboMode": "Enabled", "BootMode": "Uefi", "NumCores": 10,
+                "SriovEnable": false})
+            .as_object()
+            .cloned()
+            .unwrap_or_default(),
+            bios_pending: serde_json::Map::new(),
         }));
         let app = Router::new()
             .route("/redfish/v1/", get(root))
@@ -144,6 +158,8 @@ impl RedfishServer {
                 "/redfish/v1/Systems/1/Settings",
                 get(settings).patch(patch_settings),
             )
+            .route("/redfish/v1/Systems/1/Bios", get(bios))
+            .route("/redfish/v1/Systems/1/Bios/Settings", patch(bios_settings))
             .route("/redfish/v1/Systems/1/ResetActionInfo", get(action_info))
             .route(
                 "/redfish/v1/Systems/1/Actions/ComputerSystem.Reset",
@@ -327,6 +343,7 @@ async fn system(State(s): State<S>, headers: HeaderMap) -> Response {
         "MemorySummary": {"TotalSystemMemoryGiB": sim.opts.memory_gib},
         "EthernetInterfaces": {"@odata.id": "/redfish/v1/Systems/1/EthernetInterfaces"},
         "Storage": {"@odata.id": "/redfish/v1/Systems/1/Storage"},
+        "Bios": {"@odata.id": "/redfish/v1/Systems/1/Bios"},
         "Actions": {"#ComputerSystem.Reset": {
             "target": "/redfish/v1/Systems/1/Actions/ComputerSystem.Reset",
             "@Redfish.ActionInfo": "/redfish/v1/Systems/1/ResetActionInfo"}},
@@ -380,6 +397,32 @@ async fn patch_settings(
     StatusCode::NO_CONTENT.into_response()
 }
 
+async fn bios(State(s): State<S>, headers: HeaderMap) -> Response {
+    let sim = auth!(s, headers);
+    axum::Json(json!({"@odata.id": "/redfish/v1/Systems/1/Bios", "Id": "Bios",
+        "Attributes": sim.bios,
+        "@Redfish.Settings": {"SettingsObject": {"@odata.id": "/redfish/v1/Systems/1/Bios/Settings"}}}))
+    .into_response()
+}
+
+async fn bios_settings(
+    State(s): State<S>,
+    headers: HeaderMap,
+    body: axum::body::Bytes,
+) -> Response {
+    let mut sim = auth!(s, headers);
+    let Ok(v) = serde_json::from_slice::<Value>(&body) else {
+        return StatusCode::BAD_REQUEST.into_response();
+    };
+    let Some(a) = v["Attributes"].as_object() else {
+        return StatusCode::BAD_REQUEST.into_response();
+    };
+    for (k, v) in a {
+        sim.bios_pending.insert(k.clone(), v.clone());
+    }
+    StatusCode::NO_CONTENT.into_response()
+}
+
 async fn action_info(State(s): State<S>, headers: HeaderMap) -> Response {
     let _sim = auth!(s, headers);
     axum::Json(
@@ -400,6 +443,13 @@ async fn reset(State(s): State<S>, headers: HeaderMap, body: axum::body::Bytes) 
     sim.counters.resets += 1;
     if target == "On" && (sim.power != "On" || v["ResetType"] == "PowerCycle") {
         sim.counters.power_ons += 1;
+        // The boot applies the pending BIOS settings, but those it drops.
+        let pending = std::mem::take(&mut sim.bios_pending);
+        for (k, v) in pending {
+            if !sim.opts.bios_dropped.contains(&k) {
+                sim.bios.insert(k, v);
+            }
+        }
     }
     let id = sim.next_id;
     sim.next_id += 1;

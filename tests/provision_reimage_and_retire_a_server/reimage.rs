@@ -85,7 +85,7 @@ pub fn reimage_in_place(lab: &Lab) {
     // new desired revision.
     let env = [
         ("LAB_NODE_IMAGE_VERSION", "12.1"),
-        crate::WIPE,
+        crate::TUNED,
         crate::hints::BY_SIZE,
     ];
     crate::hints::apply_hints(lab, &env);
@@ -145,6 +145,18 @@ pub fn reimage_in_place(lab: &Lab) {
     assert!(
         installs_after > installs_before,
         "install path not served again: {after}"
+    );
+    // The class's BIOS attribute: written before the boot, read back.
+    assert_eq!(
+        after["status"]["bios"]["attributes"]["ProcTurboMode"], "Disabled",
+        "{after}"
+    );
+    let sushy = std::fs::read_to_string(lab.run.join("sushy.log")).unwrap_or_default();
+    assert!(
+        sushy
+            .lines()
+            .any(|l| l.contains("PATCH") && l.contains("BIOS/Settings")),
+        "no BIOS settings written through the emulator"
     );
     let boot2 = after["status"]["boot"]["id"].as_str().unwrap();
     assert_ne!(boot1, boot2, "no new boot: {after}");

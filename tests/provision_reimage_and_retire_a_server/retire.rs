@@ -71,7 +71,7 @@ pub fn retire_a_server(lab: &Lab) {
         lab,
         &[
             ("LAB_NODE_IMAGE_VERSION", "12.1"),
-            crate::WIPE,
+            crate::TUNED,
             crate::hints::BY_NAME,
         ],
     );

@@ -359,3 +359,40 @@ pub fn system_inventory(s: &ComputerSystem) -> Inventory {
         disks: Vec::new(),
     }
 }
+
+/// A BIOS attribute's value as text (strings as they are, numbers and
+/// booleans as JSON writes them).
+pub fn bios_text(v: &serde_json::Value) -> String {
+    match v {
+        serde_json::Value::String(s) => s.clone(),
+        other => other.to_string(),
+    }
+}
+
+/// The `Bios/Settings` PATCH body for `wanted`: each value typed as the
+/// attribute's current value is (a number stays a number, a boolean a
+/// boolean), else sent as a string.
+pub fn bios_patch(
+    current: &serde_json::Map<String, serde_json::Value>,
+    wanted: &std::collections::BTreeMap<String, String>,
+) -> serde_json::Value {
+    let typed: serde_json::Map<String, serde_json::Value> = wanted
+        .iter()
+        .map(|(k, v)| {
+            let as_text = serde_json::Value::String(v.clone());
+            let value = match current.get(k) {
+                Some(serde_json::Value::Number(_)) => v
+                    .parse::<i64>()
+                    .map(serde_json::Value::from)
+                    .unwrap_or(as_text),
+                Some(serde_json::Value::Bool(_)) => v
+                    .parse::<bool>()
+                    .map(serde_json::Value::from)
+                    .unwrap_or(as_text),
+                _ => as_text,
+            };
+            (k.clone(), value)
+        })
+        .collect();
+    serde_json::json!({ "Attributes": typed })
+}

@@ -396,6 +396,50 @@ impl RedfishBmc {
         Ok(inv)
     }
 
+    /// The System's `Bios` resource and its path.
+    async fn bios_resource(&self) -> Result<(model::Bios, String), BmcError> {
+        let (sys, _) = self.system().await?;
+        let path = sys
+            .bios
+            .as_ref()
+            .map(|l| l.odata_id.clone())
+            .filter(|p| !p.is_empty())
+            .ok_or_else(|| BmcError::Unsupported {
+                address: self.address().to_string(),
+                what: "BIOS attributes (the System links no Bios resource)".into(),
+            })?;
+        let (bios, _) = self.t.get_json::<model::Bios>(&path).await?;
+        Ok((bios, path))
+    }
+
+    async fn do_bios(&self) -> Result<std::collections::BTreeMap<String, String>, BmcError> {
+        let (bios, _) = self.bios_resource().await?;
+        Ok(bios
+            .attributes
+            .iter()
+            .map(|(k, v)| (k.clone(), logic::bios_text(v)))
+            .collect())
+    }
+
+    async fn do_set_bios(
+        &self,
+        wanted: &std::collections::BTreeMap<String, String>,
+    ) -> Result<(), BmcError> {
+        let (bios, path) = self.bios_resource().await?;
+        // Changes go to the settings object the resource names, else to
+        // `{Bios}/Settings`, as the Redfish schema puts it.
+        let target = bios
+            .settings
+            .as_ref()
+            .and_then(|s| s.settings_object.as_ref())
+            .map(|l| l.odata_id.clone())
+            .filter(|p| !p.is_empty())
+            .unwrap_or_else(|| format!("{}/Settings", path.trim_end_matches('/')));
+        let body = logic::bios_patch(&bios.attributes, wanted);
+        self.t.act(Method::PATCH, &target, &body, None).await?;
+        Ok(())
+    }
+
     fn span(&self, op: &'static str) -> tracing::Span {
         tracing::info_span!("bmc", driver = "redfish", op, address = %self.address())
     }
@@ -438,6 +482,22 @@ impl Bmc for RedfishBmc {
 
     async fn inventory(&self) -> Result<Inventory, BmcError> {
         observed(self.span("inventory"), "inventory", self.do_inventory()).await
+    }
+
+    async fn bios(&self) -> Result<std::collections::BTreeMap<String, String>, BmcError> {
+        observed(self.span("bios"), "bios", self.do_bios()).await
+    }
+
+    async fn set_bios(
+        &self,
+        attributes: &std::collections::BTreeMap<String, String>,
+    ) -> Result<(), BmcError> {
+        observed(
+            self.span("set_bios"),
+            "set_bios",
+            self.do_set_bios(attributes),
+        )
+        .await
     }
 
     async fn applied_quirks(&self) -> Result<Vec<String>, BmcError> {

@@ -59,6 +59,7 @@ pub struct ComputerSystem {
     pub ethernet_interfaces: Option<Link>,
     pub simple_storage: Option<Link>,
     pub storage: Option<Link>,
+    pub bios: Option<Link>,
     pub actions: SystemActions,
     #[serde(rename = "@Redfish.Settings")]
     pub settings: Option<Settings>,
@@ -81,6 +82,15 @@ pub struct Boot {
 #[serde(default, rename_all = "PascalCase")]
 pub struct BootHolder {
     pub boot: Boot,
+}
+
+/// A `Bios` resource: its attributes and where changes go.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(default, rename_all = "PascalCase")]
+pub struct Bios {
+    pub attributes: serde_json::Map<String, serde_json::Value>,
+    #[serde(rename = "@Redfish.Settings")]
+    pub settings: Option<Settings>,
 }
 
 #[derive(Clone, Debug, Default, Deserialize)]

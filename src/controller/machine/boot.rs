@@ -189,6 +189,11 @@ impl Planner<'_> {
             {
                 return self.fail_boot(BootOutcome::Abandoned, OVERRIDE_REFUSED, e.message);
             }
+            if purpose != BootPurpose::Deprovision
+                && let Some(s) = self.bios_before_boot(b)
+            {
+                return s;
+            }
             self.push(Step::SetBootOnce(BootDevice::Network));
             // The marker goes first: after a crash the power-on is not
             // repeated blindly (see below).
@@ -268,7 +273,7 @@ impl Planner<'_> {
         self.back_off(self.phase())
     }
 
-    fn back_off(&mut self, from: MachinePhase) -> Step {
+    pub(super) fn back_off(&mut self, from: MachinePhase) -> Step {
         let limits = self.o.limits;
         let attempts = self.progress().attempts() + 1;
         let after = limits.retry_after(attempts);
@@ -283,9 +288,13 @@ impl Planner<'_> {
     }
 
     fn after_install(&mut self, purpose: BootPurpose, class: &ClassView, b: &BootRecord) -> Step {
+        if let Some(s) = self.bios_after_install(class, b) {
+            return s;
+        }
         if self.st.provisioned_revision.as_deref() != Some(&class.revision) {
             self.push(Step::MarkProvisioned {
                 revision: class.revision.clone(),
+                installs: class.installs.clone(),
             });
         }
         let msg = format!("revision {} installed", class.revision);

@@ -3,6 +3,8 @@
 //! ([`desired_revision`]), compared with `status.provisionedRevision` to
 //! tell whether it is up to date.
 
+use std::collections::BTreeMap;
+
 use serde::Serialize;
 use sha2::{Digest, Sha256};
 
@@ -23,6 +25,9 @@ pub struct ClassView {
     /// The kubelet version a node must report after (re)install.
     pub kubelet_version: String,
     pub wipe_on_deprovision: bool,
+    /// BIOS attributes to set before a boot (the class's, the machine's
+    /// overrides over them).
+    pub bios: BTreeMap<String, String>,
 }
 
 impl ClassView {
@@ -36,8 +41,19 @@ impl ClassView {
                 .and_then(|o| o.kubelet_version.clone())
                 .unwrap_or_else(|| class.spec.kubernetes.version.clone()),
             wipe_on_deprovision: class.spec.wipe_on_deprovision,
+            bios: bios_attributes(machine, class),
         }
     }
+}
+
+/// The BIOS attributes a machine wants: its class's, its overrides' over
+/// them.
+pub fn bios_attributes(machine: &Machine, class: &MachineClass) -> BTreeMap<String, String> {
+    let mut all = class.spec.bios_attributes.clone();
+    if let Some(o) = &machine.spec.overrides {
+        all.extend(o.bios_attributes.clone());
+    }
+    all
 }
 
 #[derive(Serialize)]
@@ -45,10 +61,14 @@ struct RevisionInput<'a> {
     image: &'a OsImage,
     kubelet: &'a str,
     runtime: &'a ContainerRuntime,
+    /// Absent when empty, so revisions without BIOS settings keep the
+    /// names they had before BIOS settings existed.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    bios: BTreeMap<String, String>,
 }
 
 /// The revision a machine should run: a hash of its OS image, kubelet
-/// version and container runtime, each taken from the machine's overrides
+/// version, container runtime and BIOS attributes, each taken from the machine's overrides
 /// when set, else from its class. Equal inputs give equal revisions; any
 /// change gives a new one (16 hex characters).
 pub fn desired_revision(machine: &Machine, class: &MachineClass) -> String {
@@ -63,6 +83,7 @@ pub fn desired_revision(machine: &Machine, class: &MachineClass) -> String {
         runtime: ov
             .and_then(|o| o.container_runtime.as_ref())
             .unwrap_or(&class.spec.container_runtime),
+        bios: bios_attributes(machine, class),
     };
     // Plain structs with string keys: serializing cannot fail.
     let bytes = serde_json::to_vec(&input).unwrap_or_default();

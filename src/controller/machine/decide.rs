@@ -266,11 +266,15 @@ impl Planner<'_> {
         if have == Some(&c.revision) {
             return true;
         }
-        if have != Some(&c.installs) {
+        // What is on the server, whatever it was called when installed (a
+        // status written before `installedHash` existed names it only).
+        let content = self.st.installed_hash.as_deref().or(have);
+        if content != Some(&c.installs) && have != Some(&c.installs) {
             return false;
         }
         self.push(Step::MarkProvisioned {
             revision: c.revision.clone(),
+            installs: c.installs.clone(),
         });
         true
     }
@@ -405,7 +409,10 @@ impl Planner<'_> {
             ClassObserved::Present(c) => {
                 let revision = c.revision.clone();
                 let msg = format!("provisioned outside metalherd; recorded as revision {revision}");
-                self.push(Step::MarkProvisioned { revision });
+                self.push(Step::MarkProvisioned {
+                    revision,
+                    installs: c.installs.clone(),
+                });
                 self.condition(
                     cond::PROVISIONED,
                     ConditionStatus::True,

@@ -375,6 +375,8 @@ impl Executor<'_> {
     async fn effect(&self, w: &mut Work, step: &Step) -> Result<(), Stop> {
         match step {
             Step::ReadInventory
+            | Step::ReadBios
+            | Step::WriteBios(_)
             | Step::SetBootOnce(_)
             | Step::PowerOn
             | Step::PowerCycle
@@ -439,6 +441,16 @@ impl Executor<'_> {
                 }
                 r?;
             }
+            Step::ReadBios => {
+                let attributes = bmc.bios().await?;
+                let st = w.m.status.get_or_insert_with(Default::default);
+                st.bios = Some(crate::api::BiosStatus {
+                    attributes,
+                    read_at: self.now,
+                });
+                w.dirty = true;
+            }
+            Step::WriteBios(a) => bmc.set_bios(a).await?,
             Step::PowerOn => bmc.power(PowerAction::On).await?,
             Step::PowerCycle => bmc.power(PowerAction::Cycle).await?,
             Step::PowerOff => bmc.power(PowerAction::ForceOff).await?,

@@ -3,6 +3,7 @@
 //! to the next steps; an executor (BMC, store, target cluster) carries them
 //! out.
 
+mod bios;
 pub(crate) mod boot;
 pub mod class_view;
 pub mod decide;

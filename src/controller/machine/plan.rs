@@ -211,6 +211,8 @@ pub enum Step {
     },
     MarkProvisioned {
         revision: String,
+        /// What it installs ([`ClassView::installs`]).
+        installs: String,
     },
     /// Forget what was installed (back to the pool).
     ClearProvisioned,
@@ -226,6 +228,10 @@ pub enum Step {
     },
     // effects
     ReadInventory,
+    /// Read the BIOS attributes into `status.bios`.
+    ReadBios,
+    /// Write these BIOS attributes to the BMC's pending settings.
+    WriteBios(std::collections::BTreeMap<String, String>),
     SetBootOnce(BootDevice),
     PowerOn,
     PowerCycle,
@@ -271,7 +277,10 @@ impl Step {
     /// it (`Provisioned`) goes out in the same write as the marker.
     pub fn needs_record_before(&self) -> bool {
         use Step::*;
-        !matches!(self, ReadInventory | SetBootOnce(BootDevice::Disk))
+        !matches!(
+            self,
+            ReadInventory | ReadBios | SetBootOnce(BootDevice::Disk)
+        )
     }
 
     pub fn kind(&self) -> StepKind {
@@ -280,8 +289,9 @@ impl Step {
             AddFinalizer | RemoveFinalizer | SetBootMac(_) | SetHardwareLabels { .. } => {
                 StepKind::Metadata
             }
-            ReadInventory | SetBootOnce(_) | PowerOn | PowerCycle | PowerOff | CordonNode(_)
-            | DrainNode(_) | DeleteNode(_) | UncordonNode(_) | ReleaseAddress => StepKind::Effect,
+            ReadInventory | ReadBios | WriteBios(_) | SetBootOnce(_) | PowerOn | PowerCycle
+            | PowerOff | CordonNode(_) | DrainNode(_) | DeleteNode(_) | UncordonNode(_)
+            | ReleaseAddress => StepKind::Effect,
             WaitFor { .. } | Requeue { .. } => StepKind::Schedule,
             _ => StepKind::Status,
         }
@@ -311,7 +321,7 @@ impl fmt::Display for Step {
                 )
             }
             CompleteBoot { outcome } => write!(f, "CompleteBoot({outcome})"),
-            MarkProvisioned { revision } => write!(f, "MarkProvisioned({revision})"),
+            MarkProvisioned { revision, .. } => write!(f, "MarkProvisioned({revision})"),
             SetNodeRef(n) => write!(f, "SetNodeRef({n})"),
             Note { step, .. } => write!(f, "Note({step})"),
             SetRemediation(r) => match r {
@@ -330,6 +340,10 @@ impl fmt::Display for Step {
                 o.kubelet_version.as_deref().unwrap_or("-")
             ),
             SetBootOnce(d) => write!(f, "SetBootOnce({d:?})"),
+            WriteBios(a) => {
+                let names: Vec<&str> = a.keys().map(String::as_str).collect();
+                write!(f, "WriteBios({})", names.join(","))
+            }
             CordonNode(n) => write!(f, "CordonNode({n})"),
             DrainNode(n) => write!(f, "DrainNode({n})"),
             DeleteNode(n) => write!(f, "DeleteNode({n})"),
@@ -506,9 +520,13 @@ pub fn apply_status(status: &mut MachineStatus, step: &Step, now: Timestamp) {
                 b.outcome = Some(outcome.clone());
             }
         }
-        Step::MarkProvisioned { revision } => status.provisioned_revision = Some(revision.clone()),
+        Step::MarkProvisioned { revision, installs } => {
+            status.provisioned_revision = Some(revision.clone());
+            status.installed_hash = Some(installs.clone());
+        }
         Step::ClearProvisioned => {
             status.provisioned_revision = None;
+            status.installed_hash = None;
             status.node_ref = None;
             status.observed = None;
         }

@@ -227,6 +227,7 @@ pub fn obs() -> O {
             power: PowerState::On,
         },
         class: ClassObserved::Present(ClassView {
+            bios: Default::default(),
             name: "workers".into(),
             revision: "r2".into(),
             installs: "r2".into(),

@@ -194,6 +194,7 @@ fn apply_status_edits_only_status() {
         Step::SetProgress(crate::api::Mark::Attempts(2)),
         Step::MarkProvisioned {
             revision: "r2".into(),
+            installs: "i2".into(),
         },
         Step::SetNodeRef("m1".into()),
         Step::RecordError {

@@ -46,6 +46,7 @@ struct World {
 
 fn class_view(rev: &str, kubelet: &str) -> ClassView {
     ClassView {
+        bios: Default::default(),
         name: "workers".into(),
         revision: rev.into(),
         installs: rev.into(),
