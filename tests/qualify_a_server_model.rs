@@ -96,6 +96,11 @@ async fn read_only_qualification_of_sushy_changes_nothing() {
         "notSupported",
         "{report:#}"
     );
+    // Day two, read only: sushy-tools' fake driver has no BIOS and no
+    // storage, and offers SimpleUpdate.
+    assert_eq!(status(&report, "bios"), "notSupported", "{report:#}");
+    assert_eq!(status(&report, "simple-update"), "pass", "{report:#}");
+    assert_eq!(status(&report, "volumes"), "notSupported", "{report:#}");
     assert_eq!(status(&report, "inventory"), "pass");
     let detail = check(&report, "inventory")["detail"].as_str().unwrap();
     for mac in &system.macs {

@@ -114,6 +114,12 @@ fn a_vm_pxe_boots_once_per_override_and_hw_test_sees_whether_it_does_again() {
     );
     let (report, stderr) = hw_test(&lab, &address, "admin", "password", true, &[]);
     assert_eq!(status(&report, "pxe-boot"), "pass", "{report:#}\n{stderr}");
+    // The libvirt driver keeps BIOS attributes (in the domain's metadata).
+    assert_eq!(status(&report, "bios"), "pass", "{report:#}");
+    assert!(
+        detail(&report, "bios").contains("attributes readable"),
+        "{report:#}"
+    );
     let first = detail(&report, "pxe-boot");
     assert!(first.contains(&vm_mac), "{first}");
     assert!(

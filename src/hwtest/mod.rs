@@ -4,10 +4,13 @@
 //! Basic; IPMI cipher suites 3 and 17; optionally the session limit, every
 //! probe session logged out), inventory, boot mode, TLS, and, only with
 //! `allow_power_actions`, the one-time boot override and power off/on/cycle,
+//! plus, on Redfish, what day two needs (BIOS attributes, SimpleUpdate,
+//! storage volumes),
 //! each read back and watched for a while after the BMC says it is done.
 //! What it finds that the quirk table does not yet cover becomes a proposed
 //! `bmc.quirks:` entry. Progress goes to the caller's callback.
 
+pub mod day_two;
 pub mod power;
 pub mod pxe;
 pub mod pxe_check;

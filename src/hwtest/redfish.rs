@@ -283,6 +283,10 @@ pub async fn run(
             }
         }
     }
+    if let Ok(sys) = reader.system().await {
+        progress("bios, simple-update, volumes: reading what the BMC offers");
+        super::day_two::run(&bmc, &sys, report).await;
+    }
     let set = super::power::common(opts, &bmc, &reader, report, progress).await;
     let _ = crate::bmc::Bmc::close(&bmc).await;
     set
