@@ -227,25 +227,17 @@ impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for Capture {
 
 #[test]
 fn join_token_appears_only_in_the_config() {
-    // The process-wide subscriber, not a scoped one: tests on other threads
-    // render too, and a scoped subscriber loses events to the callsite
-    // interest those threads cache (seen as a missing `rendered` line under
-    // load). Their renders are captured as well, and must not leak either.
-    static CAPTURE: std::sync::OnceLock<Capture> = std::sync::OnceLock::new();
-    let cap = CAPTURE
-        .get_or_init(|| {
-            let cap = Capture::default();
-            let sub = tracing_subscriber::fmt()
-                .with_max_level(tracing::Level::TRACE)
-                .with_writer(cap.clone())
-                .with_ansi(false)
-                .finish();
-            tracing::subscriber::set_global_default(sub).expect("one global subscriber");
-            cap
-        })
-        .clone();
+    // Process-wide: a scoped subscriber lost events to the callsite interest
+    // other test threads cached. Their renders are captured (and checked) too.
+    let cap = Capture::default();
+    let sub = tracing_subscriber::fmt()
+        .with_max_level(tracing::Level::TRACE)
+        .with_writer(cap.clone())
+        .with_ansi(false)
+        .finish();
+    tracing::subscriber::set_global_default(sub).expect("the only global subscriber");
     let mut errors = Vec::new();
-    (|| {
+    {
         for (_, m, class) in examples() {
             for stage in [Stage::Install, Stage::Node] {
                 let c = ctx(NodeConfigSource::Embed);
@@ -278,7 +270,7 @@ fn join_token_appears_only_in_the_config() {
         let e = render(Stage::Node, &m, &class, &leaky, &url_ctx()).unwrap_err();
         assert_eq!(e.field(), Some("spec.join.tokenSecretRef"));
         assert!(!format!("{e} {e:?}").contains("zq9x"));
-    })();
+    }
     assert!(!errors.is_empty());
     for e in &errors {
         assert!(!e.contains(JOIN_TOKEN) && !e.contains(BOOT_TOKEN), "{e}");
