@@ -49,7 +49,12 @@ pub fn assert_installed_to_vda(lab: &Lab, n: usize) {
     let line = installs.get(n - 1).unwrap_or_else(|| {
         panic!("install {n} not on the console: {installs:?}");
     });
-    assert!(line.trim_end().ends_with(" to /dev/vda"), "{line}");
+    // The kernel may print on the same console line right after it.
+    let target = line
+        .split_once("metalherd-install: installing ")
+        .and_then(|(_, rest)| rest.split_once(" to "))
+        .and_then(|(_, t)| t.split(|c: char| c.is_whitespace() || c == '[').next());
+    assert_eq!(target, Some("/dev/vda"), "{line}");
 }
 
 /// The decoy disk still has its table, its one partition and its marker.
