@@ -302,13 +302,8 @@ impl RedfishBmc {
         let body = logic::boot_patch(device, mode, &sys.boot, quirks);
         let kept_ok = quirks.once_kept_as_continuous;
         // Changes go to the settings object when the BMC advertises one.
-        let patch_path = sys
-            .settings
-            .as_ref()
-            .and_then(|s| s.settings_object.as_ref())
-            .map(|l| l.odata_id.clone())
-            .filter(|p| !p.is_empty())
-            .unwrap_or_else(|| sys.odata_id.clone());
+        let patch_path =
+            model::settings_path(&sys.settings).unwrap_or_else(|| sys.odata_id.clone());
         let patch_path = if patch_path.is_empty() {
             self.resolve().await?.system_path.clone()
         } else {
@@ -428,12 +423,7 @@ impl RedfishBmc {
         let (bios, path) = self.bios_resource().await?;
         // Changes go to the settings object the resource names, else to
         // `{Bios}/Settings`, as the Redfish schema puts it.
-        let target = bios
-            .settings
-            .as_ref()
-            .and_then(|s| s.settings_object.as_ref())
-            .map(|l| l.odata_id.clone())
-            .filter(|p| !p.is_empty())
+        let target = model::settings_path(&bios.settings)
             .unwrap_or_else(|| format!("{}/Settings", path.trim_end_matches('/')));
         let body = logic::bios_patch(&bios.attributes, wanted);
         self.t.act(Method::PATCH, &target, &body, None).await?;

@@ -99,6 +99,16 @@ pub struct Settings {
     pub settings_object: Option<Link>,
 }
 
+/// Where changes to a resource go: the settings object its
+/// `@Redfish.Settings` names, when it names one.
+pub fn settings_path(settings: &Option<Settings>) -> Option<String> {
+    settings
+        .as_ref()
+        .and_then(|s| s.settings_object.as_ref())
+        .map(|l| l.odata_id.clone())
+        .filter(|p| !p.is_empty())
+}
+
 #[derive(Clone, Debug, Default, Deserialize)]
 #[serde(default, rename_all = "PascalCase")]
 pub struct ProcessorSummary {

@@ -308,7 +308,11 @@ impl MachineSetReconciler {
         }
         Ok(if conflicts {
             Requeue::After(Duration::from_millis(200))
-        } else if in_flight || !p.actions.is_empty() || !p.status.remediations.is_empty() {
+        } else if in_flight
+            || !p.actions.is_empty()
+            // A machine given up on waits for a person, not for the clock.
+            || p.status.remediations.iter().any(|r| !r.exhausted)
+        {
             Requeue::After(GATE_POLL)
         } else if set.spec.remediation.is_some() && probe_configured(&set) {
             // A failing probe changes no Machine: only looking finds it.
