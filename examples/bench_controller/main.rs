@@ -415,6 +415,7 @@ async fn run(n: usize, limit: usize, roll: Option<usize>) {
         limits,
         drain: DrainOptions::default(),
         releaser: None,
+        firmware: None,
     };
     let metrics = RunnerMetrics::default();
     let runner = Runner::new(

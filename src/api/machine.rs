@@ -302,6 +302,11 @@ pub struct MachineStatus {
     /// after each install or reimage whose class sets some).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub bios: Option<BiosStatus>,
+    /// Firmware versions as the BMC last reported them, per component
+    /// (read before and after each install or reimage whose class names
+    /// firmware).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub firmware: Option<FirmwareStatus>,
     /// Under `spec.remediation`: since when the machine is unhealthy, why,
     /// and the actions taken (gone once it recovered).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -326,6 +331,16 @@ pub struct MachineStatus {
 pub struct BiosStatus {
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub attributes: BTreeMap<String, String>,
+    #[schemars(with = "String")]
+    pub read_at: Timestamp,
+}
+
+/// Firmware versions read from the BMC, per component.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct FirmwareStatus {
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub versions: BTreeMap<String, String>,
     #[schemars(with = "String")]
     pub read_at: Timestamp,
 }

@@ -72,6 +72,28 @@ pub struct MachineClassSpec {
     /// install; an attribute the BMC did not apply fails the boot, named.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub bios_attributes: BTreeMap<String, String>,
+    /// Firmware per component: the version it must run and the update
+    /// image. Before each install or reimage a component that reports
+    /// another version is updated through Redfish
+    /// `UpdateService.SimpleUpdate`, the BMC fetching the image from
+    /// metalherd's image cache over boot HTTP; the task is followed to its
+    /// end, and after the install the version is read back: a component
+    /// still on another version fails the boot, named.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub firmware: Vec<FirmwareImage>,
+}
+
+/// One firmware component's wanted version and its update image.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct FirmwareImage {
+    /// `BIOS` (the System's `BiosVersion`), or the `Id` of a member of
+    /// the BMC's `UpdateService/FirmwareInventory` (`BMC`, a NIC's, ...).
+    pub component: String,
+    /// The version the component reports once updated.
+    pub version: String,
+    /// The update image, pinned by `sha256` or `sha512`.
+    pub image: Artifact,
 }
 
 /// The `spec.image.os` values metalherd installs: Flatcar Container Linux,

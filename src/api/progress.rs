@@ -54,6 +54,9 @@ pub struct BootProgress {
     /// Boot id before whose power-on the BIOS settings were written.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub bios_written_for: Option<String>,
+    /// Boot id before whose power-on the firmware updates ran.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub firmware_updated_for: Option<String>,
     /// Failed boots in a row.
     #[serde(default, skip_serializing_if = "Option::is_none", with = "text")]
     pub attempts: Option<u32>,
@@ -77,6 +80,7 @@ pub enum Mark {
     ReimageRequest(String),
     PowerCycleRequest(String),
     BiosWrittenFor(String),
+    FirmwareUpdatedFor(String),
     Attempts(u32),
     RetryAt(Timestamp),
     ErrorFrom(MachinePhase),
@@ -94,6 +98,7 @@ pub enum MarkKey {
     ReimageRequest,
     PowerCycleRequest,
     BiosWrittenFor,
+    FirmwareUpdatedFor,
     Attempts,
     RetryAt,
     ErrorFrom,
@@ -112,6 +117,7 @@ impl MarkKey {
             MarkKey::ReimageRequest => "reimageRequest",
             MarkKey::PowerCycleRequest => "powerCycleRequest",
             MarkKey::BiosWrittenFor => "biosWrittenFor",
+            MarkKey::FirmwareUpdatedFor => "firmwareUpdatedFor",
             MarkKey::Attempts => "attempts",
             MarkKey::RetryAt => "retryAt",
             MarkKey::ErrorFrom => "errorFrom",
@@ -137,6 +143,7 @@ impl Mark {
             Mark::ReimageRequest(_) => MarkKey::ReimageRequest,
             Mark::PowerCycleRequest(_) => MarkKey::PowerCycleRequest,
             Mark::BiosWrittenFor(_) => MarkKey::BiosWrittenFor,
+            Mark::FirmwareUpdatedFor(_) => MarkKey::FirmwareUpdatedFor,
             Mark::Attempts(_) => MarkKey::Attempts,
             Mark::RetryAt(_) => MarkKey::RetryAt,
             Mark::ErrorFrom(_) => MarkKey::ErrorFrom,
@@ -155,7 +162,8 @@ impl fmt::Display for Mark {
             | Mark::PreviousBoot(s)
             | Mark::ReimageRequest(s)
             | Mark::PowerCycleRequest(s)
-            | Mark::BiosWrittenFor(s) => f.write_str(s),
+            | Mark::BiosWrittenFor(s)
+            | Mark::FirmwareUpdatedFor(s) => f.write_str(s),
             Mark::PoweredAt(t) | Mark::PowerOffAt(t) | Mark::RetryAt(t) => write!(f, "{t}"),
             Mark::Attempts(n) => write!(f, "{n}"),
             Mark::ErrorFrom(p) => f.write_str(p.as_str()),
@@ -180,6 +188,7 @@ impl BootProgress {
             Mark::ReimageRequest(s) => self.reimage_request = Some(s),
             Mark::PowerCycleRequest(s) => self.power_cycle_request = Some(s),
             Mark::BiosWrittenFor(s) => self.bios_written_for = Some(s),
+            Mark::FirmwareUpdatedFor(s) => self.firmware_updated_for = Some(s),
             Mark::Attempts(n) => self.attempts = Some(n),
             Mark::RetryAt(t) => self.retry_at = Some(t),
             Mark::ErrorFrom(p) => self.error_from = Some(p),
@@ -198,6 +207,7 @@ impl BootProgress {
             Mark::ReimageRequest(s) => self.reimage_request.as_ref() == Some(s),
             Mark::PowerCycleRequest(s) => self.power_cycle_request.as_ref() == Some(s),
             Mark::BiosWrittenFor(s) => self.bios_written_for.as_ref() == Some(s),
+            Mark::FirmwareUpdatedFor(s) => self.firmware_updated_for.as_ref() == Some(s),
             Mark::Attempts(n) => self.attempts.as_ref() == Some(n),
             Mark::RetryAt(t) => self.retry_at.as_ref() == Some(t),
             Mark::ErrorFrom(p) => self.error_from.as_ref() == Some(p),
@@ -216,6 +226,7 @@ impl BootProgress {
             MarkKey::ReimageRequest => self.reimage_request.is_some(),
             MarkKey::PowerCycleRequest => self.power_cycle_request.is_some(),
             MarkKey::BiosWrittenFor => self.bios_written_for.is_some(),
+            MarkKey::FirmwareUpdatedFor => self.firmware_updated_for.is_some(),
             MarkKey::Attempts => self.attempts.is_some(),
             MarkKey::RetryAt => self.retry_at.is_some(),
             MarkKey::ErrorFrom => self.error_from.is_some(),
@@ -234,6 +245,7 @@ impl BootProgress {
             MarkKey::ReimageRequest => self.reimage_request = None,
             MarkKey::PowerCycleRequest => self.power_cycle_request = None,
             MarkKey::BiosWrittenFor => self.bios_written_for = None,
+            MarkKey::FirmwareUpdatedFor => self.firmware_updated_for = None,
             MarkKey::Attempts => self.attempts = None,
             MarkKey::RetryAt => self.retry_at = None,
             MarkKey::ErrorFrom => self.error_from = None,

@@ -18,6 +18,8 @@ use crate::store::Store;
 pub(super) struct Started {
     /// Frees a machine's DHCP lease when it is retired (DHCP running here).
     pub lease_releaser: Option<crate::dhcp::server::LeaseReleaser>,
+    /// Serves firmware images to BMCs (boot HTTP running here).
+    pub firmware: Option<Arc<dyn crate::controller::machine::execute::FirmwareImages>>,
 }
 
 pub(super) async fn start(
@@ -80,6 +82,7 @@ pub(super) async fn start(
         tasks.spawn(bound.serve(Arc::new(source), events, metrics, cancel.clone()));
     }
 
+    let mut firmware = None;
     if let Some(wire) = config.boot.clone() {
         // Tokens outlive the install deadline the controller runs with.
         let deadline = config
@@ -93,6 +96,13 @@ pub(super) async fn start(
         let metrics = crate::http::boot::BootMetrics::default();
         registry.with_registry(|r| metrics.register_into(r));
         let ra = settings.router_advertisement.clone();
+        firmware = Some(Arc::new(super::firmware::CachedFirmware {
+            cache: crate::files::cache::ImageCache::new(
+                settings.data_dir.join(crate::datadir::IMAGE_CACHE_DIR),
+            ),
+            base_url: settings.base_url.clone(),
+        })
+            as Arc<dyn crate::controller::machine::execute::FirmwareImages>);
         crate::http::boot::start(
             settings,
             crate::http::boot::BootDeps {
@@ -113,5 +123,8 @@ pub(super) async fn start(
             tasks.spawn(crate::ra::run(ra, cancel.clone()));
         }
     }
-    Ok(Started { lease_releaser })
+    Ok(Started {
+        lease_releaser,
+        firmware,
+    })
 }

@@ -16,7 +16,7 @@ pub(super) async fn start(
     config: &ConfigFile,
     store: &Arc<dyn Store>,
     registry: &MetricsRegistry,
-    lease_releaser: Option<crate::dhcp::server::LeaseReleaser>,
+    started: super::boot::Started,
     fence: Option<tokio::sync::watch::Receiver<bool>>,
     tasks: &mut JoinSet<()>,
     cancel: &CancellationToken,
@@ -48,8 +48,10 @@ pub(super) async fn start(
         controller,
         bmc_settings.quirks.clone(),
         runner_metrics.clone(),
-        lease_releaser
+        started
+            .lease_releaser
             .map(|r| Arc::new(r) as Arc<dyn crate::controller::machine::execute::AddressReleaser>),
+        started.firmware,
         fence,
         tasks,
         cancel.clone(),

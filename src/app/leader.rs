@@ -90,7 +90,7 @@ async fn start(
         &a.config,
         &a.store,
         &a.registry,
-        started.lease_releaser,
+        started,
         Some(fence),
         tasks,
         token,

@@ -12,6 +12,7 @@
 mod api;
 mod boot;
 mod controllers;
+mod firmware;
 mod leader;
 
 use std::net::SocketAddr;
@@ -114,13 +115,7 @@ pub async fn serve(global: &crate::cli::GlobalArgs, args: ServeArgs) -> anyhow::
             )
             .await?;
             controllers::start(
-                &config,
-                &working,
-                &registry,
-                started.lease_releaser,
-                None,
-                &mut tasks,
-                &cancel,
+                &config, &working, &registry, started, None, &mut tasks, &cancel,
             )
             .await?;
         }

@@ -240,6 +240,26 @@ pub trait Bmc: Send + Sync {
             what: "BIOS attributes".into(),
         })
     }
+    /// Firmware versions per component: `BIOS` (the System's
+    /// `BiosVersion`) and each `UpdateService/FirmwareInventory` member by
+    /// its `Id`.
+    async fn firmware_versions(
+        &self,
+    ) -> Result<std::collections::BTreeMap<String, String>, BmcError> {
+        Err(BmcError::Unsupported {
+            address: String::new(),
+            what: "firmware inventory".into(),
+        })
+    }
+    /// Update one component from `image_url` (which the BMC fetches) and
+    /// follow the BMC's task to its end (`TaskFailed` when it fails).
+    async fn update_firmware(&self, component: &str, image_url: &str) -> Result<(), BmcError> {
+        let _ = (component, image_url);
+        Err(BmcError::Unsupported {
+            address: String::new(),
+            what: "firmware updates".into(),
+        })
+    }
     /// Names of the quirk entries that apply to this BMC (empty: the
     /// standard path). Drivers that match quirks connect when needed.
     async fn applied_quirks(&self) -> Result<Vec<String>, BmcError> {

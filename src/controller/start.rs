@@ -43,6 +43,7 @@ pub async fn start_machine_controller(
     quirks: Arc<crate::bmc::quirks::QuirkTable>,
     metrics: RunnerMetrics,
     releaser: Option<Arc<dyn crate::controller::machine::execute::AddressReleaser>>,
+    firmware: Option<Arc<dyn crate::controller::machine::execute::FirmwareImages>>,
     fence: Option<tokio::sync::watch::Receiver<bool>>,
     tasks: &mut JoinSet<()>,
     cancel: CancellationToken,
@@ -68,6 +69,7 @@ pub async fn start_machine_controller(
         limits: settings.limits,
         drain: settings.drain,
         releaser,
+        firmware,
     };
     let restored = reconciler.restore_slots().await?;
     tracing::info!(

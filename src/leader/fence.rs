@@ -72,6 +72,25 @@ impl Bmc for FencedBmc {
     async fn inventory(&self) -> Result<Inventory, BmcError> {
         self.inner.inventory().await
     }
+    async fn bios(&self) -> Result<std::collections::BTreeMap<String, String>, BmcError> {
+        self.inner.bios().await
+    }
+    async fn set_bios(
+        &self,
+        attributes: &std::collections::BTreeMap<String, String>,
+    ) -> Result<(), BmcError> {
+        self.check()?;
+        self.inner.set_bios(attributes).await
+    }
+    async fn firmware_versions(
+        &self,
+    ) -> Result<std::collections::BTreeMap<String, String>, BmcError> {
+        self.inner.firmware_versions().await
+    }
+    async fn update_firmware(&self, component: &str, image_url: &str) -> Result<(), BmcError> {
+        self.check()?;
+        self.inner.update_firmware(component, image_url).await
+    }
     async fn applied_quirks(&self) -> Result<Vec<String>, BmcError> {
         self.inner.applied_quirks().await
     }
@@ -114,6 +133,41 @@ mod tests {
         // Only the read reached the BMC, and nothing it expected is left.
         bmc.verify().unwrap();
         assert_eq!(bmc.calls().len(), 1);
+    }
+
+    /// BIOS and firmware writes are fenced like power actions; reads and
+    /// a leader's writes reach the driver (this fake has no BIOS or
+    /// firmware: it answers Unsupported).
+    #[tokio::test]
+    async fn bios_and_firmware_writes_are_fenced_and_otherwise_reach_the_driver() {
+        let (tx, rx) = watch::channel(true);
+        let c = FencedConnector::new(
+            Arc::new(FakeConnector::new().with("m1", FakeBmc::new())),
+            rx,
+        );
+        let conn = c.connect(&machine()).await.unwrap();
+        let reached = |e: BmcError| matches!(e, BmcError::Unsupported { .. });
+        assert!(reached(conn.bios().await.unwrap_err()));
+        assert!(reached(
+            conn.set_bios(&Default::default()).await.unwrap_err()
+        ));
+        assert!(reached(conn.firmware_versions().await.unwrap_err()));
+        assert!(reached(
+            conn.update_firmware("BIOS", "http://x/f")
+                .await
+                .unwrap_err()
+        ));
+        tx.send_replace(false);
+        let fenced = |e: BmcError| matches!(e, BmcError::NotLeader { .. });
+        assert!(fenced(
+            conn.set_bios(&Default::default()).await.unwrap_err()
+        ));
+        assert!(fenced(
+            conn.update_firmware("BIOS", "http://x/f")
+                .await
+                .unwrap_err()
+        ));
+        assert!(reached(conn.firmware_versions().await.unwrap_err()));
     }
 
     #[tokio::test]

@@ -124,6 +124,7 @@ async fn a_deprovisioning_boot_gets_the_wiper_and_wiped_lets_the_machine_go() {
             kubelet_version: "v1.33.2".into(),
             wipe_on_deprovision: true,
             bios: Default::default(),
+            firmware: Vec::new(),
         }),
         node: NodeObserved::Absent,
         boot_slot: true,

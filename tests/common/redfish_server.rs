@@ -6,6 +6,8 @@
 //! what the driver did. One System, `/redfish/v1/Systems/1`; every instance
 //! is independent, so a benchmark can run many.
 
+mod update;
+
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
@@ -45,6 +47,10 @@ pub struct ServerOptions {
     /// drops when a boot applies them (as firmware drops a value it does
     /// not support).
     pub bios_dropped: Vec<String>,
+    /// Firmware updates fail (the task ends in Exception).
+    pub firmware_refused: bool,
+    /// Firmware updates complete but a boot does not apply them.
+    pub firmware_ignored: bool,
 }
 
 impl Default for ServerOptions {
@@ -62,6 +68,8 @@ impl Default for ServerOptions {
             manufacturer: "metalherd test BMC".into(),
             memory_gib: 64,
             bios_dropped: Vec::new(),
+            firmware_refused: false,
+            firmware_ignored: false,
         }
     }
 }
@@ -101,6 +109,12 @@ pub struct Sim {
     /// BIOS attributes in effect, and those a boot applies next.
     pub bios: serde_json::Map<String, Value>,
     pub bios_pending: serde_json::Map<String, Value>,
+    /// The BIOS firmware version in effect, and the one a boot applies next.
+    pub firmware: String,
+    pub firmware_pending: Option<String>,
+    /// Firmware update tasks, and every image URI an update was given.
+    pub updates: HashMap<u32, update::Update>,
+    pub image_uris: Vec<String>,
 }
 
 pub struct RedfishServer {
@@ -143,6 +157,10 @@ impl RedfishServer {
             .cloned()
             .unwrap_or_default(),
             bios_pending: serde_json::Map::new(),
+            firmware: "2.3.4".into(),
+            firmware_pending: None,
+            updates: HashMap::new(),
+            image_uris: Vec::new(),
         }));
         let app = Router::new()
             .route("/redfish/v1/", get(root))
@@ -161,6 +179,11 @@ impl RedfishServer {
             .route("/redfish/v1/Systems/1/Bios", get(bios))
             .route("/redfish/v1/Systems/1/Bios/Settings", patch(bios_settings))
             .route("/redfish/v1/Systems/1/ResetActionInfo", get(action_info))
+            .route("/redfish/v1/UpdateService", get(update::service))
+            .route(
+                "/redfish/v1/UpdateService/Actions/UpdateService.SimpleUpdate",
+                post(update::simple_update),
+            )
             .route(
                 "/redfish/v1/Systems/1/Actions/ComputerSystem.Reset",
                 post(reset),
@@ -268,6 +291,7 @@ async fn root() -> Response {
         "@odata.id": "/redfish/v1/", "RedfishVersion": "1.15.0",
         "Systems": {"@odata.id": "/redfish/v1/Systems"},
         "SessionService": {"@odata.id": "/redfish/v1/SessionService"},
+        "UpdateService": {"@odata.id": "/redfish/v1/UpdateService"},
         "Links": {"Sessions": {"@odata.id": "/redfish/v1/SessionService/Sessions"}}
     }))
     .into_response()
@@ -333,7 +357,7 @@ async fn system(State(s): State<S>, headers: HeaderMap) -> Response {
     axum::Json(json!({
         "@odata.id": "/redfish/v1/Systems/1", "Id": "1",
         "Manufacturer": sim.opts.manufacturer, "Model": "Sim-1", "SerialNumber": "SIM0001",
-        "UUID": "00000000-0000-4000-8000-000000000001", "BiosVersion": "2.3.4",
+        "UUID": "00000000-0000-4000-8000-000000000001", "BiosVersion": sim.firmware,
         "PowerState": sim.power,
         "Boot": {"BootSourceOverrideTarget": t, "BootSourceOverrideEnabled": e,
                  "BootSourceOverrideMode": m,
@@ -444,6 +468,7 @@ async fn reset(State(s): State<S>, headers: HeaderMap, body: axum::body::Bytes) 
     if target == "On" && (sim.power != "On" || v["ResetType"] == "PowerCycle") {
         sim.counters.power_ons += 1;
         // The boot applies the pending BIOS settings, but those it drops.
+        update::apply_at_boot(&mut sim);
         let pending = std::mem::take(&mut sim.bios_pending);
         for (k, v) in pending {
             if !sim.opts.bios_dropped.contains(&k) {
@@ -472,6 +497,9 @@ async fn reset(State(s): State<S>, headers: HeaderMap, body: axum::body::Bytes) 
 async fn monitor(State(s): State<S>, Path(id): Path<u32>, headers: HeaderMap) -> Response {
     let mut sim = auth!(s, headers);
     sim.counters.monitor_polls += 1;
+    if let Some(r) = update::monitor(&mut sim, id) {
+        return r;
+    }
     let Some((left, target)) = sim.tasks.get(&id).cloned() else {
         return StatusCode::NOT_FOUND.into_response();
     };

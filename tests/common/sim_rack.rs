@@ -290,6 +290,8 @@ pub struct Story {
     pub api: Arc<Server>,
     pub rack: SimRack,
     pub dir: tempfile::TempDir,
+    /// metalherd's boot HTTP, as the servers reach it.
+    pub boot_url: String,
 }
 
 /// Start the rack and `metalherd serve`, declare the classes (`extra`:
@@ -390,7 +392,12 @@ pub async fn story_declared(
     })
     .await
     .unwrap();
-    Story { api, rack, dir }
+    Story {
+        api,
+        rack,
+        dir,
+        boot_url,
+    }
 }
 
 impl Story {

@@ -124,6 +124,12 @@ fn require_pinned(a: &Artifact, at: &str, errs: &mut ValidationErrors) {
     }
 }
 
+/// An artifact the image cache serves: well formed and pinned.
+pub(super) fn validate_served_artifact(a: &Artifact, at: &str, errs: &mut ValidationErrors) {
+    validate_artifact(a, at, errs);
+    require_pinned(a, at, errs);
+}
+
 pub(super) fn validate_image(img: &OsImage, at: &str, errs: &mut ValidationErrors) {
     if !crate::api::OS_NAMES.contains(&img.os.as_str()) {
         errs.push(

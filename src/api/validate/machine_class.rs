@@ -4,7 +4,7 @@
 use serde_json::Value;
 
 use super::ValidationErrors;
-use super::common::{check_version, validate_image, validate_runtime};
+use super::common::{check_version, validate_image, validate_runtime, validate_served_artifact};
 use crate::api::machine_class::MachineClassSpec;
 
 pub(super) fn validate_class_spec(spec: &MachineClassSpec) -> Result<(), ValidationErrors> {
@@ -79,6 +79,28 @@ pub(super) fn validate_class_spec(spec: &MachineClassSpec) -> Result<(), Validat
                 "does not parse as JSON",
             );
         }
+    }
+    let mut components = std::collections::BTreeSet::new();
+    for (i, f) in spec.firmware.iter().enumerate() {
+        let at = format!("spec.firmware[{i}]");
+        if f.component.is_empty() || f.component.chars().any(|c| c.is_whitespace() || c == '/') {
+            errs.push(
+                format!("{at}.component"),
+                "required: BIOS, or the Id of a FirmwareInventory member (no spaces or slashes)",
+            );
+        } else if !components.insert(f.component.as_str()) {
+            errs.push(
+                format!("{at}.component"),
+                format!("{} is named twice", f.component),
+            );
+        }
+        if f.version.trim().is_empty() {
+            errs.push(
+                format!("{at}.version"),
+                "required: the version the component reports once updated",
+            );
+        }
+        validate_served_artifact(&f.image, &format!("{at}.image"), &mut errs);
     }
     errs.into_result()
 }

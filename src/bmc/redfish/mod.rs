@@ -6,6 +6,7 @@
 //! (built-in plus config), resolved once per connection.
 
 pub mod client;
+pub mod firmware;
 pub mod logic;
 pub mod model;
 #[cfg(test)]
@@ -486,6 +487,26 @@ impl Bmc for RedfishBmc {
             self.span("set_bios"),
             "set_bios",
             self.do_set_bios(attributes),
+        )
+        .await
+    }
+
+    async fn firmware_versions(
+        &self,
+    ) -> Result<std::collections::BTreeMap<String, String>, BmcError> {
+        observed(
+            self.span("firmware_versions"),
+            "firmware_versions",
+            self.do_firmware_versions(),
+        )
+        .await
+    }
+
+    async fn update_firmware(&self, component: &str, image_url: &str) -> Result<(), BmcError> {
+        observed(
+            self.span("update_firmware"),
+            "update_firmware",
+            self.do_update_firmware(component, image_url),
         )
         .await
     }

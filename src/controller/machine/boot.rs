@@ -190,7 +190,9 @@ impl Planner<'_> {
                 return self.fail_boot(BootOutcome::Abandoned, OVERRIDE_REFUSED, e.message);
             }
             if purpose != BootPurpose::Deprovision
-                && let Some(s) = self.bios_before_boot(b)
+                && let Some(s) = self
+                    .firmware_before_boot(b)
+                    .or_else(|| self.bios_before_boot(b))
             {
                 return s;
             }
@@ -267,7 +269,12 @@ impl Planner<'_> {
 
     /// A boot failed (`outcome`): close it, count it, back off; too many in
     /// a row and the machine goes to Error (retried after the backoff).
-    fn fail_boot(&mut self, outcome: BootOutcome, reason: &str, message: String) -> Step {
+    pub(super) fn fail_boot(
+        &mut self,
+        outcome: BootOutcome,
+        reason: &str,
+        message: String,
+    ) -> Step {
         self.close_open_boot(outcome);
         self.error(reason, message);
         self.back_off(self.phase())
@@ -288,7 +295,10 @@ impl Planner<'_> {
     }
 
     fn after_install(&mut self, purpose: BootPurpose, class: &ClassView, b: &BootRecord) -> Step {
-        if let Some(s) = self.bios_after_install(class, b) {
+        if let Some(s) = self
+            .firmware_after_install(class, b)
+            .or_else(|| self.bios_after_install(class, b))
+        {
             return s;
         }
         if self.st.provisioned_revision.as_deref() != Some(&class.revision) {

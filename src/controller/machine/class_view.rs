@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 use sha2::{Digest, Sha256};
 
-use crate::api::{ContainerRuntime, Machine, MachineClass, OsImage};
+use crate::api::{ContainerRuntime, FirmwareImage, Machine, MachineClass, OsImage};
 
 /// The Machine's class, as far as the lifecycle cares.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -28,6 +28,8 @@ pub struct ClassView {
     /// BIOS attributes to set before a boot (the class's, the machine's
     /// overrides over them).
     pub bios: BTreeMap<String, String>,
+    /// Firmware to update before a boot, per component (the class's).
+    pub firmware: Vec<FirmwareImage>,
 }
 
 impl ClassView {
@@ -42,6 +44,7 @@ impl ClassView {
                 .unwrap_or_else(|| class.spec.kubernetes.version.clone()),
             wipe_on_deprovision: class.spec.wipe_on_deprovision,
             bios: bios_attributes(machine, class),
+            firmware: class.spec.firmware.clone(),
         }
     }
 }
@@ -65,10 +68,13 @@ struct RevisionInput<'a> {
     /// names they had before BIOS settings existed.
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     bios: BTreeMap<String, String>,
+    /// Absent when empty, as `bios`.
+    #[serde(skip_serializing_if = "<[_]>::is_empty")]
+    firmware: &'a [FirmwareImage],
 }
 
 /// The revision a machine should run: a hash of its OS image, kubelet
-/// version, container runtime and BIOS attributes, each taken from the machine's overrides
+/// version, container runtime, BIOS attributes and firmware, each taken from the machine's overrides
 /// when set, else from its class. Equal inputs give equal revisions; any
 /// change gives a new one (16 hex characters).
 pub fn desired_revision(machine: &Machine, class: &MachineClass) -> String {
@@ -84,6 +90,7 @@ pub fn desired_revision(machine: &Machine, class: &MachineClass) -> String {
             .and_then(|o| o.container_runtime.as_ref())
             .unwrap_or(&class.spec.container_runtime),
         bios: bios_attributes(machine, class),
+        firmware: &class.spec.firmware,
     };
     // Plain structs with string keys: serializing cannot fail.
     let bytes = serde_json::to_vec(&input).unwrap_or_default();

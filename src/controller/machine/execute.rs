@@ -14,6 +14,8 @@
 //! Owns no decisions: what to do comes from `decide`; this file only knows
 //! how to do each step.
 
+mod firmware;
+
 use std::time::Duration;
 
 use jiff::Timestamp;
@@ -69,6 +71,8 @@ impl AddressReleaser for crate::dhcp::server::LeaseReleaser {
     }
 }
 
+pub use firmware::{FirmwareImages, IMAGE_UNAVAILABLE};
+
 pub struct Executor<'a> {
     pub store: &'a dyn Store,
     /// Releases DHCP leases of retired machines, when DHCP runs here.
@@ -78,6 +82,8 @@ pub struct Executor<'a> {
     pub cluster: Option<&'a dyn TargetCluster>,
     pub slots: &'a BootSlots<ObjectKey>,
     pub drain: &'a DrainOptions,
+    /// Serves firmware images to BMCs, when boot HTTP runs here.
+    pub firmware: Option<&'a dyn FirmwareImages>,
     /// Wait after a failed BMC action.
     pub bmc_retry: Duration,
     /// Wait after a failed cluster action, or for a boot slot.
@@ -377,6 +383,7 @@ impl Executor<'_> {
             Step::ReadInventory
             | Step::ReadBios
             | Step::WriteBios(_)
+            | Step::ReadFirmware
             | Step::SetBootOnce(_)
             | Step::PowerOn
             | Step::PowerCycle
@@ -384,6 +391,7 @@ impl Executor<'_> {
                 Ok(()) => Ok(()),
                 Err(e) => self.bmc_failed(w, step, &e).await,
             },
+            Step::UpdateFirmware(f) => self.update_firmware(w, f).await,
             Step::CordonNode(_)
             | Step::DrainNode(_)
             | Step::DeleteNode(_)
@@ -451,6 +459,7 @@ impl Executor<'_> {
                 w.dirty = true;
             }
             Step::WriteBios(a) => bmc.set_bios(a).await?,
+            Step::ReadFirmware => self.read_firmware(w, bmc).await?,
             Step::PowerOn => bmc.power(PowerAction::On).await?,
             Step::PowerCycle => bmc.power(PowerAction::Cycle).await?,
             Step::PowerOff => bmc.power(PowerAction::ForceOff).await?,

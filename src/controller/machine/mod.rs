@@ -8,6 +8,7 @@ pub(crate) mod boot;
 pub mod class_view;
 pub mod decide;
 pub mod execute;
+mod firmware;
 pub mod hw_labels;
 pub mod plan;
 pub mod reconcile;

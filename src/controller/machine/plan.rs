@@ -232,6 +232,11 @@ pub enum Step {
     ReadBios,
     /// Write these BIOS attributes to the BMC's pending settings.
     WriteBios(std::collections::BTreeMap<String, String>),
+    /// Read the firmware versions into `status.firmware`.
+    ReadFirmware,
+    /// Update one component: the image cached and served to the BMC,
+    /// `SimpleUpdate`, its task followed to the end.
+    UpdateFirmware(crate::api::FirmwareImage),
     SetBootOnce(BootDevice),
     PowerOn,
     PowerCycle,
@@ -279,7 +284,7 @@ impl Step {
         use Step::*;
         !matches!(
             self,
-            ReadInventory | ReadBios | SetBootOnce(BootDevice::Disk)
+            ReadInventory | ReadBios | ReadFirmware | SetBootOnce(BootDevice::Disk)
         )
     }
 
@@ -289,9 +294,9 @@ impl Step {
             AddFinalizer | RemoveFinalizer | SetBootMac(_) | SetHardwareLabels { .. } => {
                 StepKind::Metadata
             }
-            ReadInventory | ReadBios | WriteBios(_) | SetBootOnce(_) | PowerOn | PowerCycle
-            | PowerOff | CordonNode(_) | DrainNode(_) | DeleteNode(_) | UncordonNode(_)
-            | ReleaseAddress => StepKind::Effect,
+            ReadInventory | ReadBios | WriteBios(_) | ReadFirmware | UpdateFirmware(_)
+            | SetBootOnce(_) | PowerOn | PowerCycle | PowerOff | CordonNode(_) | DrainNode(_)
+            | DeleteNode(_) | UncordonNode(_) | ReleaseAddress => StepKind::Effect,
             WaitFor { .. } | Requeue { .. } => StepKind::Schedule,
             _ => StepKind::Status,
         }
@@ -344,6 +349,7 @@ impl fmt::Display for Step {
                 let names: Vec<&str> = a.keys().map(String::as_str).collect();
                 write!(f, "WriteBios({})", names.join(","))
             }
+            UpdateFirmware(fw) => write!(f, "UpdateFirmware({}={})", fw.component, fw.version),
             CordonNode(n) => write!(f, "CordonNode({n})"),
             DrainNode(n) => write!(f, "DrainNode({n})"),
             DeleteNode(n) => write!(f, "DeleteNode({n})"),

@@ -37,6 +37,8 @@ pub struct MachineReconciler {
     pub limits: Limits,
     pub drain: DrainOptions,
     pub releaser: Option<Arc<dyn super::execute::AddressReleaser>>,
+    /// Serves firmware images to BMCs (boot HTTP's image cache).
+    pub firmware: Option<Arc<dyn super::execute::FirmwareImages>>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -238,6 +240,7 @@ impl MachineReconciler {
         Executor {
             store: self.store.as_ref(),
             releaser: self.releaser.as_deref(),
+            firmware: self.firmware.as_deref(),
             key,
             bmc,
             cluster: self.cluster.as_deref(),

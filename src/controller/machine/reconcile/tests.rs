@@ -39,6 +39,7 @@ fn reconciler(e: &Env, connector: FakeConnector, limit: usize) -> MachineReconci
         limits: Limits::default(),
         drain: DrainOptions::default(),
         releaser: None,
+        firmware: None,
     }
 }
 

@@ -47,6 +47,7 @@ struct World {
 fn class_view(rev: &str, kubelet: &str) -> ClassView {
     ClassView {
         bios: Default::default(),
+        firmware: Vec::new(),
         name: "workers".into(),
         revision: rev.into(),
         installs: rev.into(),
