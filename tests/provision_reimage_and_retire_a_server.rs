@@ -12,8 +12,9 @@
 //! - `reimage_in_place` (reimage.rs): a class change drains the Node
 //!   through the eviction API (a budget refuses first), reinstalls the same
 //!   server keeping its `data` partition, and the Node rejoins; the new
-//!   class also sets a BIOS attribute, written through sushy-tools before
-//!   the reinstall's boot and read back after it.
+//!   class also sets a BIOS attribute and names the BIOS firmware, written
+//!   and updated (`SimpleUpdate`) through sushy-tools before the
+//!   reinstall's boot and both read back after it.
 //! - `remediate_an_unhealthy_node` (remediate.rs): a MachineSet with a
 //!   remediation policy adopts the server; suspended through libvirt, its
 //!   Node goes NotReady, the set has it power-cycled through its BMC, and
@@ -54,12 +55,27 @@ use common::lab_nodes::NODE_READY_TIMEOUT;
 /// `data` partition).
 pub const WIPE: (&str, &str) = ("LAB_NODE_CLASS_EXTRA", "  wipeOnDeprovision: true");
 
-/// `WIPE` and a BIOS attribute, from the reimage on: the reimage writes it
-/// through sushy-tools before its boot and reads it back after.
-pub const TUNED: (&str, &str) = (
-    "LAB_NODE_CLASS_EXTRA",
-    "  wipeOnDeprovision: true\n  biosAttributes:\n    ProcTurboMode: Disabled",
-);
+/// `WIPE`, a BIOS attribute and the BIOS firmware, from the reimage on:
+/// the reimage writes the attribute and updates the firmware through
+/// sushy-tools before its boot (sushy's libvirt driver moves BiosVersion
+/// from 1.0.0 to 1.1.0 on any SimpleUpdate) and reads both back after.
+/// The firmware image is a file in the run directory, pinned by sha256.
+pub fn tuned(lab: &Lab) -> (&'static str, String) {
+    use sha2::Digest;
+    let image = b"BiosVersion=1.1.0\n";
+    let path = lab.run.join("bios-1.1.0.img");
+    std::fs::write(&path, image).unwrap();
+    let sha = hex::encode(sha2::Sha256::digest(image));
+    (
+        "LAB_NODE_CLASS_EXTRA",
+        format!(
+            "  wipeOnDeprovision: true\n  biosAttributes:\n    ProcTurboMode: Disabled\n  \
+             firmware:\n  - component: BIOS\n    version: \"1.1.0\"\n    image:\n      \
+             url: file://{}\n      sha256: {sha}",
+            path.display()
+        ),
+    )
+}
 
 #[test]
 fn provision_reimage_and_retire_a_server() {

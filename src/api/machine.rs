@@ -214,6 +214,10 @@ pub struct RootDeviceHints {
     pub min_size_gigabytes: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rotational: Option<bool>,
+    /// The name of a RAID volume the class creates: the install writes the
+    /// disk that is that volume (found by the WWN the BMC reports for it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub volume: Option<String>,
 }
 
 /// Lifecycle phase of a Machine.
@@ -307,6 +311,10 @@ pub struct MachineStatus {
     /// firmware).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub firmware: Option<FirmwareStatus>,
+    /// The storage volumes the BMC last reported (read before and after
+    /// each install or reimage whose class creates some).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub volumes: Option<VolumesStatus>,
     /// Under `spec.remediation`: since when the machine is unhealthy, why,
     /// and the actions taken (gone once it recovered).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -343,6 +351,30 @@ pub struct FirmwareStatus {
     pub versions: BTreeMap<String, String>,
     #[schemars(with = "String")]
     pub read_at: Timestamp,
+}
+
+/// Storage volumes read from the BMC.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct VolumesStatus {
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub volumes: Vec<VolumeInfo>,
+    #[schemars(with = "String")]
+    pub read_at: Timestamp,
+}
+
+/// One volume as the BMC reports it.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct VolumeInfo {
+    pub name: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub raid_type: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub capacity_bytes: Option<u64>,
+    /// The WWN (NAA durable name) the host sees the volume's disk by.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wwn: Option<String>,
 }
 
 /// One network boot: minted by the controller before it powers the server,

@@ -81,7 +81,52 @@ pub struct MachineClassSpec {
     /// still on another version fails the boot, named.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub firmware: Vec<FirmwareImage>,
+    /// RAID volumes to create before each install or reimage when the BMC
+    /// does not report them (by name), through Redfish
+    /// `Storage/{id}/Volumes`. A Machine's `rootDeviceHints.volume` names
+    /// one as the disk the install writes.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub volumes: Vec<VolumeSpec>,
 }
+
+/// A RAID volume: its name, level, member drives and size.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct VolumeSpec {
+    /// The volume's `Name` on the BMC: how metalherd finds it again.
+    pub name: String,
+    /// Redfish `RAIDType`: `RAID0`, `RAID1`, `RAID5`, `RAID6`, `RAID10`.
+    pub raid_type: String,
+    /// Which drives of the storage controller become members.
+    pub drives: DriveHints,
+    /// Capacity in GiB; absent: what the members give.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub size_gigabytes: Option<u64>,
+}
+
+/// Member drives: the first `count` drives, in the BMC's order, that match
+/// every hint set (and are in no volume yet).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct DriveHints {
+    pub count: u32,
+    /// `SSD`, `HDD`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub media_type: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub min_size_gigabytes: Option<u64>,
+}
+
+/// The RAID levels a volume may have, and the fewest drives each needs.
+pub const RAID_TYPES: [(&str, u32); 5] = [
+    ("RAID0", 1),
+    ("RAID1", 2),
+    ("RAID5", 3),
+    ("RAID6", 4),
+    ("RAID10", 4),
+];
 
 /// One firmware component's wanted version and its update image.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]

@@ -57,6 +57,9 @@ pub struct BootProgress {
     /// Boot id before whose power-on the firmware updates ran.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub firmware_updated_for: Option<String>,
+    /// Boot id before whose power-on the missing volumes were created.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub volumes_created_for: Option<String>,
     /// Failed boots in a row.
     #[serde(default, skip_serializing_if = "Option::is_none", with = "text")]
     pub attempts: Option<u32>,
@@ -81,6 +84,7 @@ pub enum Mark {
     PowerCycleRequest(String),
     BiosWrittenFor(String),
     FirmwareUpdatedFor(String),
+    VolumesCreatedFor(String),
     Attempts(u32),
     RetryAt(Timestamp),
     ErrorFrom(MachinePhase),
@@ -99,6 +103,7 @@ pub enum MarkKey {
     PowerCycleRequest,
     BiosWrittenFor,
     FirmwareUpdatedFor,
+    VolumesCreatedFor,
     Attempts,
     RetryAt,
     ErrorFrom,
@@ -118,6 +123,7 @@ impl MarkKey {
             MarkKey::PowerCycleRequest => "powerCycleRequest",
             MarkKey::BiosWrittenFor => "biosWrittenFor",
             MarkKey::FirmwareUpdatedFor => "firmwareUpdatedFor",
+            MarkKey::VolumesCreatedFor => "volumesCreatedFor",
             MarkKey::Attempts => "attempts",
             MarkKey::RetryAt => "retryAt",
             MarkKey::ErrorFrom => "errorFrom",
@@ -144,6 +150,7 @@ impl Mark {
             Mark::PowerCycleRequest(_) => MarkKey::PowerCycleRequest,
             Mark::BiosWrittenFor(_) => MarkKey::BiosWrittenFor,
             Mark::FirmwareUpdatedFor(_) => MarkKey::FirmwareUpdatedFor,
+            Mark::VolumesCreatedFor(_) => MarkKey::VolumesCreatedFor,
             Mark::Attempts(_) => MarkKey::Attempts,
             Mark::RetryAt(_) => MarkKey::RetryAt,
             Mark::ErrorFrom(_) => MarkKey::ErrorFrom,
@@ -163,7 +170,8 @@ impl fmt::Display for Mark {
             | Mark::ReimageRequest(s)
             | Mark::PowerCycleRequest(s)
             | Mark::BiosWrittenFor(s)
-            | Mark::FirmwareUpdatedFor(s) => f.write_str(s),
+            | Mark::FirmwareUpdatedFor(s)
+            | Mark::VolumesCreatedFor(s) => f.write_str(s),
             Mark::PoweredAt(t) | Mark::PowerOffAt(t) | Mark::RetryAt(t) => write!(f, "{t}"),
             Mark::Attempts(n) => write!(f, "{n}"),
             Mark::ErrorFrom(p) => f.write_str(p.as_str()),
@@ -189,6 +197,7 @@ impl BootProgress {
             Mark::PowerCycleRequest(s) => self.power_cycle_request = Some(s),
             Mark::BiosWrittenFor(s) => self.bios_written_for = Some(s),
             Mark::FirmwareUpdatedFor(s) => self.firmware_updated_for = Some(s),
+            Mark::VolumesCreatedFor(s) => self.volumes_created_for = Some(s),
             Mark::Attempts(n) => self.attempts = Some(n),
             Mark::RetryAt(t) => self.retry_at = Some(t),
             Mark::ErrorFrom(p) => self.error_from = Some(p),
@@ -208,6 +217,7 @@ impl BootProgress {
             Mark::PowerCycleRequest(s) => self.power_cycle_request.as_ref() == Some(s),
             Mark::BiosWrittenFor(s) => self.bios_written_for.as_ref() == Some(s),
             Mark::FirmwareUpdatedFor(s) => self.firmware_updated_for.as_ref() == Some(s),
+            Mark::VolumesCreatedFor(s) => self.volumes_created_for.as_ref() == Some(s),
             Mark::Attempts(n) => self.attempts.as_ref() == Some(n),
             Mark::RetryAt(t) => self.retry_at.as_ref() == Some(t),
             Mark::ErrorFrom(p) => self.error_from.as_ref() == Some(p),
@@ -227,6 +237,7 @@ impl BootProgress {
             MarkKey::PowerCycleRequest => self.power_cycle_request.is_some(),
             MarkKey::BiosWrittenFor => self.bios_written_for.is_some(),
             MarkKey::FirmwareUpdatedFor => self.firmware_updated_for.is_some(),
+            MarkKey::VolumesCreatedFor => self.volumes_created_for.is_some(),
             MarkKey::Attempts => self.attempts.is_some(),
             MarkKey::RetryAt => self.retry_at.is_some(),
             MarkKey::ErrorFrom => self.error_from.is_some(),
@@ -246,6 +257,7 @@ impl BootProgress {
             MarkKey::PowerCycleRequest => self.power_cycle_request = None,
             MarkKey::BiosWrittenFor => self.bios_written_for = None,
             MarkKey::FirmwareUpdatedFor => self.firmware_updated_for = None,
+            MarkKey::VolumesCreatedFor => self.volumes_created_for = None,
             MarkKey::Attempts => self.attempts = None,
             MarkKey::RetryAt => self.retry_at = None,
             MarkKey::ErrorFrom => self.error_from = None,

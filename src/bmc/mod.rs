@@ -260,6 +260,22 @@ pub trait Bmc: Send + Sync {
             what: "firmware updates".into(),
         })
     }
+    /// The storage volumes of every Storage member.
+    async fn volumes(&self) -> Result<Vec<crate::api::VolumeInfo>, BmcError> {
+        Err(BmcError::Unsupported {
+            address: String::new(),
+            what: "storage volumes".into(),
+        })
+    }
+    /// Create a RAID volume from the drives its hints pick (and that are in
+    /// no volume yet), following the BMC's task when it starts one.
+    async fn create_volume(&self, volume: &crate::api::VolumeSpec) -> Result<(), BmcError> {
+        let _ = volume;
+        Err(BmcError::Unsupported {
+            address: String::new(),
+            what: "storage volumes".into(),
+        })
+    }
     /// Names of the quirk entries that apply to this BMC (empty: the
     /// standard path). Drivers that match quirks connect when needed.
     async fn applied_quirks(&self) -> Result<Vec<String>, BmcError> {

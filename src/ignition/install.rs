@@ -188,6 +188,39 @@ pub(crate) fn hint_vars(machine: &Machine) -> Result<Vec<(&'static str, String)>
         if let Some(w) = &h.wwn {
             vars.push(("HINT_WWN", check_word(&format!("{at}.wwn"), w)?.to_string()));
         }
+        // A volume the class creates: the disk with the WWN the BMC
+        // reported for it (read after it was created, before this boot).
+        if let Some(v) = &h.volume {
+            let field = format!("{at}.volume");
+            if h.wwn.is_some() {
+                return Err(RenderError::invalid(
+                    field,
+                    "set either volume or wwn, not both",
+                ));
+            }
+            let found = machine
+                .status
+                .as_ref()
+                .and_then(|s| s.volumes.as_ref())
+                .and_then(|s| s.volumes.iter().find(|x| &x.name == v));
+            let wwn = match found {
+                None => {
+                    return Err(RenderError::invalid(
+                        field,
+                        format!("the BMC reports no volume {v:?} (does the class create it?)"),
+                    ));
+                }
+                Some(x) => x.wwn.as_deref().ok_or_else(|| {
+                    RenderError::invalid(
+                        field.clone(),
+                        format!(
+                            "the BMC reports no WWN for volume {v:?}: name the disk another way"
+                        ),
+                    )
+                })?,
+            };
+            vars.push(("HINT_WWN", check_word(&field, wwn)?.to_string()));
+        }
         if let Some(g) = h.min_size_gigabytes {
             vars.push(("HINT_MIN_SIZE_GIB", g.to_string()));
         }

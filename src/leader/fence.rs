@@ -91,6 +91,13 @@ impl Bmc for FencedBmc {
         self.check()?;
         self.inner.update_firmware(component, image_url).await
     }
+    async fn volumes(&self) -> Result<Vec<crate::api::VolumeInfo>, BmcError> {
+        self.inner.volumes().await
+    }
+    async fn create_volume(&self, volume: &crate::api::VolumeSpec) -> Result<(), BmcError> {
+        self.check()?;
+        self.inner.create_volume(volume).await
+    }
     async fn applied_quirks(&self) -> Result<Vec<String>, BmcError> {
         self.inner.applied_quirks().await
     }
@@ -135,11 +142,11 @@ mod tests {
         assert_eq!(bmc.calls().len(), 1);
     }
 
-    /// BIOS and firmware writes are fenced like power actions; reads and
+    /// BIOS, firmware and volume writes are fenced like power actions; reads and
     /// a leader's writes reach the driver (this fake has no BIOS or
     /// firmware: it answers Unsupported).
     #[tokio::test]
-    async fn bios_and_firmware_writes_are_fenced_and_otherwise_reach_the_driver() {
+    async fn bios_firmware_and_volume_writes_are_fenced_and_otherwise_reach_the_driver() {
         let (tx, rx) = watch::channel(true);
         let c = FencedConnector::new(
             Arc::new(FakeConnector::new().with("m1", FakeBmc::new())),

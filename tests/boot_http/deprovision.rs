@@ -125,6 +125,7 @@ async fn a_deprovisioning_boot_gets_the_wiper_and_wiped_lets_the_machine_go() {
             wipe_on_deprovision: true,
             bios: Default::default(),
             firmware: Vec::new(),
+            volumes: Vec::new(),
         }),
         node: NodeObserved::Absent,
         boot_slot: true,

@@ -6,6 +6,7 @@
 //! what the driver did. One System, `/redfish/v1/Systems/1`; every instance
 //! is independent, so a benchmark can run many.
 
+mod storage;
 mod update;
 
 use std::collections::HashMap;
@@ -51,6 +52,9 @@ pub struct ServerOptions {
     pub firmware_refused: bool,
     /// Firmware updates complete but a boot does not apply them.
     pub firmware_ignored: bool,
+    /// SSDs besides the boot drive, free for RAID volumes (and, when
+    /// any, a `Volumes` collection).
+    pub raid_drives: u32,
 }
 
 impl Default for ServerOptions {
@@ -70,6 +74,7 @@ impl Default for ServerOptions {
             bios_dropped: Vec::new(),
             firmware_refused: false,
             firmware_ignored: false,
+            raid_drives: 0,
         }
     }
 }
@@ -115,6 +120,8 @@ pub struct Sim {
     /// Firmware update tasks, and every image URI an update was given.
     pub updates: HashMap<u32, update::Update>,
     pub image_uris: Vec<String>,
+    /// RAID volumes, as the BMC serves them.
+    pub volumes: Vec<Value>,
 }
 
 pub struct RedfishServer {
@@ -161,6 +168,7 @@ impl RedfishServer {
             firmware_pending: None,
             updates: HashMap::new(),
             image_uris: Vec::new(),
+            volumes: Vec::new(),
         }));
         let app = Router::new()
             .route("/redfish/v1/", get(root))
@@ -191,9 +199,20 @@ impl RedfishServer {
             .route("/redfish/v1/TaskService/TaskMonitors/{id}", get(monitor))
             .route("/redfish/v1/Systems/1/EthernetInterfaces", get(nics))
             .route("/redfish/v1/Systems/1/EthernetInterfaces/{id}", get(nic))
-            .route("/redfish/v1/Systems/1/Storage", get(storages))
-            .route("/redfish/v1/Systems/1/Storage/1", get(storage))
-            .route("/redfish/v1/Systems/1/Storage/1/Drives/{id}", get(drive))
+            .route("/redfish/v1/Systems/1/Storage", get(storage::storages))
+            .route("/redfish/v1/Systems/1/Storage/1", get(storage::storage))
+            .route(
+                "/redfish/v1/Systems/1/Storage/1/Drives/{id}",
+                get(storage::drive),
+            )
+            .route(
+                "/redfish/v1/Systems/1/Storage/1/Volumes",
+                get(storage::volumes).post(storage::create_volume),
+            )
+            .route(
+                "/redfish/v1/Systems/1/Storage/1/Volumes/{id}",
+                get(storage::volume),
+            )
             .with_state(sim.clone());
         let task = tokio::spawn(async move {
             let _ = axum::serve(listener, app).await;
@@ -546,25 +565,4 @@ async fn nic(State(s): State<S>, Path(id): Path<String>, headers: HeaderMap) -> 
     };
     axum::Json(json!({"Id": id, "MACAddress": mac, "LinkStatus": link, "SpeedMbps": 25000}))
         .into_response()
-}
-
-async fn storages(State(s): State<S>, headers: HeaderMap) -> Response {
-    let _sim = auth!(s, headers);
-    axum::Json(json!({"Members": [{"@odata.id": "/redfish/v1/Systems/1/Storage/1"}]}))
-        .into_response()
-}
-
-async fn storage(State(s): State<S>, headers: HeaderMap) -> Response {
-    let _sim = auth!(s, headers);
-    axum::Json(json!({"Drives": [{"@odata.id": "/redfish/v1/Systems/1/Storage/1/Drives/0"}]}))
-        .into_response()
-}
-
-async fn drive(State(s): State<S>, Path(id): Path<String>, headers: HeaderMap) -> Response {
-    let _sim = auth!(s, headers);
-    axum::Json(
-        json!({"Id": id, "Model": "SimSSD", "SerialNumber": "D0", "MediaType": "SSD",
-        "CapacityBytes": 960197124096u64}),
-    )
-    .into_response()
 }

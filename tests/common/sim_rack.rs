@@ -46,6 +46,8 @@ pub struct SimMachine {
     pub disk_fault: AtomicBool,
     /// Boots from the disk (power-ons without a network boot override).
     pub disk_boots: AtomicUsize,
+    /// The Ignition config the last network boot fetched.
+    pub ignition: std::sync::Mutex<String>,
 }
 
 pub struct SimRack {
@@ -110,6 +112,7 @@ impl SimRack {
                 installed: AtomicU16::new(0),
                 disk_fault: AtomicBool::new(false),
                 disk_boots: AtomicUsize::new(0),
+                ignition: std::sync::Mutex::new(String::new()),
             });
             let listener = tokio::net::TcpListener::bind((m.ip, health_port))
                 .await
@@ -245,7 +248,8 @@ async fn walk(m: &SimMachine, base: &str, stop: &AtomicBool) {
         .next()
         .unwrap_or_default()
         .to_string();
-    until_ok(&c, false, &ign, stop).await;
+    let config = until_ok(&c, false, &ign, stop).await;
+    *m.ignition.lock().expect("lock") = config;
     // Out of service from here until the new OS is up.
     m.health.store(503, Ordering::SeqCst);
     while m.hold_install.load(Ordering::SeqCst) && !stop.load(Ordering::SeqCst) {

@@ -83,9 +83,10 @@ pub fn reimage_in_place(lab: &Lab) {
     // The reinstall finds the disk by its size: the Machine's hints move
     // first (nothing happens), then a new image version in the class: a
     // new desired revision.
+    let tuned = crate::tuned(lab);
     let env = [
         ("LAB_NODE_IMAGE_VERSION", "12.1"),
-        crate::TUNED,
+        (tuned.0, tuned.1.as_str()),
         crate::hints::BY_SIZE,
     ];
     crate::hints::apply_hints(lab, &env);
@@ -157,6 +158,18 @@ pub fn reimage_in_place(lab: &Lab) {
             .lines()
             .any(|l| l.contains("PATCH") && l.contains("BIOS/Settings")),
         "no BIOS settings written through the emulator"
+    );
+    // The class's firmware: updated through SimpleUpdate before the boot,
+    // its task followed, the version read back after the reboot.
+    assert_eq!(
+        after["status"]["firmware"]["versions"]["BIOS"], "1.1.0",
+        "{after}"
+    );
+    assert!(
+        sushy
+            .lines()
+            .any(|l| l.contains("POST") && l.contains("UpdateService.SimpleUpdate")),
+        "no SimpleUpdate through the emulator"
     );
     let boot2 = after["status"]["boot"]["id"].as_str().unwrap();
     assert_ne!(boot1, boot2, "no new boot: {after}");

@@ -67,11 +67,12 @@ pub fn retire_a_server(lab: &Lab) {
     let installs = lab.console(1).matches("metalherd-install: done").count();
 
     // The wipe finds the disk by its device name.
+    let tuned = crate::tuned(lab);
     crate::hints::apply_hints(
         lab,
         &[
             ("LAB_NODE_IMAGE_VERSION", "12.1"),
-            crate::TUNED,
+            (tuned.0, tuned.1.as_str()),
             crate::hints::BY_NAME,
         ],
     );

@@ -89,6 +89,7 @@ fn set_has_contains_and_clear_agree_for_every_mark() {
         Mark::PowerCycleRequest("remediation 1".into()),
         Mark::BiosWrittenFor("b1".into()),
         Mark::FirmwareUpdatedFor("b1".into()),
+        Mark::VolumesCreatedFor("b1".into()),
         Mark::Attempts(3),
         Mark::RetryAt(t),
         Mark::ErrorFrom(MachinePhase::Provisioning),

@@ -102,5 +102,34 @@ pub(super) fn validate_class_spec(spec: &MachineClassSpec) -> Result<(), Validat
         }
         validate_served_artifact(&f.image, &format!("{at}.image"), &mut errs);
     }
+    let mut names = std::collections::BTreeSet::new();
+    for (i, v) in spec.volumes.iter().enumerate() {
+        let at = format!("spec.volumes[{i}]");
+        if v.name.is_empty() || v.name.chars().any(|c| c.is_whitespace() || c.is_control()) {
+            errs.push(format!("{at}.name"), "required, without whitespace");
+        } else if !names.insert(v.name.as_str()) {
+            errs.push(format!("{at}.name"), format!("{} is named twice", v.name));
+        }
+        match crate::api::RAID_TYPES
+            .iter()
+            .find(|(t, _)| *t == v.raid_type)
+        {
+            None => errs.push(
+                format!("{at}.raidType"),
+                format!(
+                    "unknown RAID type {:?} (RAID0, RAID1, RAID5, RAID6, RAID10)",
+                    v.raid_type
+                ),
+            ),
+            Some((t, min)) if v.drives.count < *min => errs.push(
+                format!("{at}.drives.count"),
+                format!("{t} needs at least {min} drives"),
+            ),
+            Some(_) => {}
+        }
+        if v.size_gigabytes == Some(0) {
+            errs.push(format!("{at}.sizeGigabytes"), "must be positive");
+        }
+    }
     errs.into_result()
 }

@@ -144,7 +144,7 @@ impl RedfishBmc {
     /// at most `deadline`. A monitor answers 202 while the task runs and
     /// stops doing so when it ends; a Task resource answers 200 with its
     /// state throughout, so only the state tells it ended.
-    async fn follow_task(&self, uri: &str, deadline: Duration) -> Result<(), BmcError> {
+    pub(super) async fn follow_task(&self, uri: &str, deadline: Duration) -> Result<(), BmcError> {
         let until = Instant::now() + deadline;
         loop {
             let r = self.t.get(uri).await?;

@@ -11,6 +11,7 @@ pub mod logic;
 pub mod model;
 #[cfg(test)]
 mod tests;
+pub mod volumes;
 
 use async_trait::async_trait;
 use reqwest::Method;
@@ -507,6 +508,19 @@ impl Bmc for RedfishBmc {
             self.span("update_firmware"),
             "update_firmware",
             self.do_update_firmware(component, image_url),
+        )
+        .await
+    }
+
+    async fn volumes(&self) -> Result<Vec<crate::api::VolumeInfo>, BmcError> {
+        observed(self.span("volumes"), "volumes", self.do_volumes()).await
+    }
+
+    async fn create_volume(&self, volume: &crate::api::VolumeSpec) -> Result<(), BmcError> {
+        observed(
+            self.span("create_volume"),
+            "create_volume",
+            self.do_create_volume(volume),
         )
         .await
     }

@@ -189,9 +189,20 @@ impl Planner<'_> {
             {
                 return self.fail_boot(BootOutcome::Abandoned, OVERRIDE_REFUSED, e.message);
             }
+            // The steps before the power-on are BMC actions too: one that
+            // just failed is retried when its retry is due.
+            if let Some(left) = self
+                .st
+                .last_error
+                .as_ref()
+                .and_then(|e| self.bmc_retry_left(e))
+            {
+                return wait(left, "BMC retry");
+            }
             if purpose != BootPurpose::Deprovision
                 && let Some(s) = self
-                    .firmware_before_boot(b)
+                    .volumes_before_boot(b)
+                    .or_else(|| self.firmware_before_boot(b))
                     .or_else(|| self.bios_before_boot(b))
             {
                 return s;

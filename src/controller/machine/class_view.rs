@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 use sha2::{Digest, Sha256};
 
-use crate::api::{ContainerRuntime, FirmwareImage, Machine, MachineClass, OsImage};
+use crate::api::{ContainerRuntime, FirmwareImage, Machine, MachineClass, OsImage, VolumeSpec};
 
 /// The Machine's class, as far as the lifecycle cares.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -30,6 +30,8 @@ pub struct ClassView {
     pub bios: BTreeMap<String, String>,
     /// Firmware to update before a boot, per component (the class's).
     pub firmware: Vec<FirmwareImage>,
+    /// RAID volumes to create before a boot (the class's).
+    pub volumes: Vec<VolumeSpec>,
 }
 
 impl ClassView {
@@ -45,6 +47,7 @@ impl ClassView {
             wipe_on_deprovision: class.spec.wipe_on_deprovision,
             bios: bios_attributes(machine, class),
             firmware: class.spec.firmware.clone(),
+            volumes: class.spec.volumes.clone(),
         }
     }
 }
@@ -71,10 +74,12 @@ struct RevisionInput<'a> {
     /// Absent when empty, as `bios`.
     #[serde(skip_serializing_if = "<[_]>::is_empty")]
     firmware: &'a [FirmwareImage],
+    #[serde(skip_serializing_if = "<[_]>::is_empty")]
+    volumes: &'a [VolumeSpec],
 }
 
 /// The revision a machine should run: a hash of its OS image, kubelet
-/// version, container runtime, BIOS attributes and firmware, each taken from the machine's overrides
+/// version, container runtime, BIOS attributes, firmware and volumes, each taken from the machine's overrides
 /// when set, else from its class. Equal inputs give equal revisions; any
 /// change gives a new one (16 hex characters).
 pub fn desired_revision(machine: &Machine, class: &MachineClass) -> String {
@@ -91,6 +96,7 @@ pub fn desired_revision(machine: &Machine, class: &MachineClass) -> String {
             .unwrap_or(&class.spec.container_runtime),
         bios: bios_attributes(machine, class),
         firmware: &class.spec.firmware,
+        volumes: &class.spec.volumes,
     };
     // Plain structs with string keys: serializing cannot fail.
     let bytes = serde_json::to_vec(&input).unwrap_or_default();

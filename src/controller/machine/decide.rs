@@ -175,8 +175,13 @@ impl Planner<'_> {
                 self.condition(cond::POWER_STATE, s, r, String::new());
                 // A refused boot override is not cured by reaching the BMC:
                 // the boot it stopped fails with it (see `drive_boot`).
+                // A failed step before a power-on stays told until its
+                // retry is due: clearing it at once would make the write a
+                // watch event that retries the step at once.
                 if self.st.last_error.as_ref().is_some_and(|e| {
-                    e.reason.starts_with("Bmc") && e.reason != super::boot::OVERRIDE_REFUSED
+                    e.reason.starts_with("Bmc")
+                        && e.reason != super::boot::OVERRIDE_REFUSED
+                        && self.bmc_retry_left(e).is_none()
                 }) {
                     self.clear_error();
                 }
@@ -194,6 +199,19 @@ impl Planner<'_> {
             }
             BmcObserved::NotAsked => {}
         }
+    }
+
+    /// How long until a step before a boot's power-on (volumes, firmware,
+    /// BIOS settings) that failed with `e` may be retried (`None`: now, or
+    /// `e` is not such a failure). The executor names the step first in
+    /// the message.
+    pub fn bmc_retry_left(&self, e: &crate::api::LastError) -> Option<Duration> {
+        let pre_boot = super::plan::PRE_BOOT_STEPS
+            .iter()
+            .any(|s| e.message.starts_with(s));
+        let since = elapsed(e.time, self.now);
+        let retry = self.o.limits.bmc_retry;
+        (pre_boot && e.reason.starts_with("Bmc") && since < retry).then(|| retry - since)
     }
 
     /// Wait for an unreachable BMC that the next step needs, saying so in

@@ -384,6 +384,8 @@ impl Executor<'_> {
             | Step::ReadBios
             | Step::WriteBios(_)
             | Step::ReadFirmware
+            | Step::ReadVolumes
+            | Step::CreateVolume(_)
             | Step::SetBootOnce(_)
             | Step::PowerOn
             | Step::PowerCycle
@@ -460,6 +462,16 @@ impl Executor<'_> {
             }
             Step::WriteBios(a) => bmc.set_bios(a).await?,
             Step::ReadFirmware => self.read_firmware(w, bmc).await?,
+            Step::ReadVolumes => self.read_volumes(w, bmc).await?,
+            Step::CreateVolume(v) => {
+                bmc.create_volume(v).await?;
+                let message = format!(
+                    "volume {} created ({}, {} drives)",
+                    v.name, v.raid_type, v.drives.count
+                );
+                self.event(&w.m, EventType::Normal, "VolumeCreated", &message)
+                    .await;
+            }
             Step::PowerOn => bmc.power(PowerAction::On).await?,
             Step::PowerCycle => bmc.power(PowerAction::Cycle).await?,
             Step::PowerOff => bmc.power(PowerAction::ForceOff).await?,

@@ -13,6 +13,7 @@ pub mod hw_labels;
 pub mod plan;
 pub mod reconcile;
 mod remediate;
+mod volumes;
 
 #[cfg(test)]
 mod tests;

@@ -237,6 +237,10 @@ pub enum Step {
     /// Update one component: the image cached and served to the BMC,
     /// `SimpleUpdate`, its task followed to the end.
     UpdateFirmware(crate::api::FirmwareImage),
+    /// Read the storage volumes into `status.volumes`.
+    ReadVolumes,
+    /// Create one RAID volume.
+    CreateVolume(crate::api::VolumeSpec),
     SetBootOnce(BootDevice),
     PowerOn,
     PowerCycle,
@@ -256,6 +260,18 @@ pub enum Step {
         after: Duration,
     },
 }
+
+/// The steps before a boot's power-on, as their failures' messages start
+/// (`{step}: {error}`): one that failed is retried after the BMC retry
+/// wait, not at the watch event its own error makes.
+pub const PRE_BOOT_STEPS: [&str; 6] = [
+    "ReadVolumes",
+    "CreateVolume(",
+    "ReadFirmware",
+    "UpdateFirmware(",
+    "ReadBios",
+    "WriteBios(",
+];
 
 /// What a plan that waits for a boot-storm slot says it awaits
 /// (`WaitFor { what: BOOT_SLOT, .. }`): the executor then keeps the
@@ -284,7 +300,7 @@ impl Step {
         use Step::*;
         !matches!(
             self,
-            ReadInventory | ReadBios | ReadFirmware | SetBootOnce(BootDevice::Disk)
+            ReadInventory | ReadBios | ReadFirmware | ReadVolumes | SetBootOnce(BootDevice::Disk)
         )
     }
 
@@ -295,8 +311,10 @@ impl Step {
                 StepKind::Metadata
             }
             ReadInventory | ReadBios | WriteBios(_) | ReadFirmware | UpdateFirmware(_)
-            | SetBootOnce(_) | PowerOn | PowerCycle | PowerOff | CordonNode(_) | DrainNode(_)
-            | DeleteNode(_) | UncordonNode(_) | ReleaseAddress => StepKind::Effect,
+            | ReadVolumes | CreateVolume(_) | SetBootOnce(_) | PowerOn | PowerCycle | PowerOff
+            | CordonNode(_) | DrainNode(_) | DeleteNode(_) | UncordonNode(_) | ReleaseAddress => {
+                StepKind::Effect
+            }
             WaitFor { .. } | Requeue { .. } => StepKind::Schedule,
             _ => StepKind::Status,
         }
@@ -350,6 +368,7 @@ impl fmt::Display for Step {
                 write!(f, "WriteBios({})", names.join(","))
             }
             UpdateFirmware(fw) => write!(f, "UpdateFirmware({}={})", fw.component, fw.version),
+            CreateVolume(v) => write!(f, "CreateVolume({})", v.name),
             CordonNode(n) => write!(f, "CordonNode({n})"),
             DrainNode(n) => write!(f, "DrainNode({n})"),
             DeleteNode(n) => write!(f, "DeleteNode({n})"),

@@ -229,6 +229,7 @@ pub fn obs() -> O {
         class: ClassObserved::Present(ClassView {
             bios: Default::default(),
             firmware: Vec::new(),
+            volumes: Vec::new(),
             name: "workers".into(),
             revision: "r2".into(),
             installs: "r2".into(),

@@ -1,6 +1,7 @@
-//! Firmware steps of the executor: reading the versions, and updating one
-//! component from an image the BMC fetches from metalherd (the image cache
-//! served over boot HTTP, through [`FirmwareImages`]).
+//! Firmware and storage steps of the executor: reading the versions and
+//! the volumes, and updating one component from an image the BMC fetches
+//! from metalherd (the image cache served over boot HTTP, through
+//! [`FirmwareImages`]).
 
 use async_trait::async_trait;
 
@@ -25,6 +26,17 @@ impl Executor<'_> {
         let st = w.m.status.get_or_insert_with(Default::default);
         st.firmware = Some(crate::api::FirmwareStatus {
             versions,
+            read_at: self.now,
+        });
+        w.dirty = true;
+        Ok(())
+    }
+
+    pub(super) async fn read_volumes(&self, w: &mut Work, bmc: &dyn Bmc) -> Result<(), BmcError> {
+        let volumes = bmc.volumes().await?;
+        let st = w.m.status.get_or_insert_with(Default::default);
+        st.volumes = Some(crate::api::VolumesStatus {
+            volumes,
             read_at: self.now,
         });
         w.dirty = true;

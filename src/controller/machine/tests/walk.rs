@@ -48,6 +48,7 @@ fn class_view(rev: &str, kubelet: &str) -> ClassView {
     ClassView {
         bios: Default::default(),
         firmware: Vec::new(),
+        volumes: Vec::new(),
         name: "workers".into(),
         revision: rev.into(),
         installs: rev.into(),
