@@ -349,14 +349,15 @@ KC
     [ "$i" -lt 300 ] || { lab_log "kube-apiserver did not become ready: $k/kube-apiserver.log"; return 1; }
     sleep 0.2
   done
-  # Started once the API is ready (its RBAC in place), it takes its leader
-  # Lease at once instead of retrying 2 s later; its client rate limits
-  # raised (a start-up of 35 controllers, each with its own service
+  # Started once the API is ready (its RBAC in place), without leader
+  # election (the lab runs one; under load a renewal that times out made it
+  # exit, leaving kubelets' certificate requests unsigned); its client rate
+  # limits raised (a start-up of 35 controllers, each with its own service
   # account, otherwise takes 5 s).
   mapfile -t args < <(sed -n 's/^    - \(--.*\)$/\1/p' "$k/manifests/kube-controller-manager.yaml" \
     | sed "s|=/etc/kubernetes/controller-manager.conf$|=$k/controller-manager.conf|")
   ip netns exec "$ns" "$bin/kube-controller-manager" "${args[@]}" \
-    --kube-api-qps 100 --kube-api-burst 200 > "$k/kube-controller-manager.log" 2>&1 &
+    --leader-elect=false --kube-api-qps 100 --kube-api-burst 200 > "$k/kube-controller-manager.log" 2>&1 &
   echo $! > "$run/kube-controller-manager.pid"
   # kubeadm's ConfigMaps (kubeadm-config, kubelet-config) and the bootstrap
   # token with its RBAC (CSR creation and auto-approval, reading the
