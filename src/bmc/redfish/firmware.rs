@@ -124,9 +124,10 @@ impl RedfishBmc {
                 });
             }
         };
+        // The URI carries its scheme, so no `TransferProtocol` (which the
+        // schema deprecates for such URIs and some BMCs refuse beside one).
         let body = json!({
             "ImageURI": image_url,
-            "TransferProtocol": if image_url.starts_with("https:") { "HTTPS" } else { "HTTP" },
             "Targets": [target],
         });
         let r = self

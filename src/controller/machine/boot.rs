@@ -306,6 +306,15 @@ impl Planner<'_> {
     }
 
     fn after_install(&mut self, purpose: BootPurpose, class: &ClassView, b: &BootRecord) -> Step {
+        // The reads after the install are BMC actions too (see above).
+        if let Some(left) = self
+            .st
+            .last_error
+            .as_ref()
+            .and_then(|e| self.bmc_retry_left(e))
+        {
+            return wait(left, "BMC retry");
+        }
         if let Some(s) = self
             .firmware_after_install(class, b)
             .or_else(|| self.bios_after_install(class, b))

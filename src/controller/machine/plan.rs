@@ -261,9 +261,10 @@ pub enum Step {
     },
 }
 
-/// The steps before a boot's power-on, as their failures' messages start
-/// (`{step}: {error}`): one that failed is retried after the BMC retry
-/// wait, not at the watch event its own error makes.
+/// The BMC steps around a boot (volumes, firmware and BIOS before its
+/// power-on, their reads after the install), as their failures' messages
+/// start (`{step}: {error}`): one that failed is retried after the BMC
+/// retry wait, not at the watch event its own error makes.
 pub const PRE_BOOT_STEPS: [&str; 6] = [
     "ReadVolumes",
     "CreateVolume(",
