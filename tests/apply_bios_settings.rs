@@ -19,58 +19,14 @@
 
 mod common;
 
-use std::time::{Duration, Instant};
-
-use common::rack::tail;
-use common::sim_rack::{Story, story};
+use common::sim_rack::{MACHINES, Story, story};
 use serde_json::{Value, json};
 
 const CLASSES: &str = "/apis/metalherd.dev/v1alpha1/namespaces/default/machineclasses";
-const MACHINES: &str = "/apis/metalherd.dev/v1alpha1/namespaces/default/machines";
-
-/// GET `path`, change it with `f`, PUT it back.
-async fn edit(s: &Story, path: String, f: impl FnOnce(&mut Value) + Send + 'static) {
-    let api = s.api.clone();
-    tokio::task::spawn_blocking(move || {
-        let (code, mut v) = api.req("GET", &path, None);
-        assert_eq!(code, 200, "{path}: {v}");
-        f(&mut v);
-        let (code, body) = api.req("PUT", &path, Some(&v));
-        assert!(code < 300, "{path}: {code} {body}");
-    })
-    .await
-    .unwrap();
-}
-
-async fn machine(s: &Story, name: &str) -> Value {
-    let api = s.api.clone();
-    let path = format!("{MACHINES}/{name}");
-    tokio::task::spawn_blocking(move || api.req("GET", &path, None).1)
-        .await
-        .unwrap()
-}
-
-async fn until(s: &Story, name: &str, what: &str, f: impl Fn(&Value) -> bool) -> Value {
-    let start = Instant::now();
-    loop {
-        let m = machine(s, name).await;
-        if f(&m) {
-            return m;
-        }
-        if start.elapsed() > Duration::from_secs(90) {
-            panic!(
-                "{name}: {what} not within 90 s\n{:#}\n{}",
-                m["status"],
-                tail(&s.api.log(), 40)
-            );
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-}
 
 async fn give_class(s: &Story, name: &str, class: &str) {
     let class = class.to_string();
-    edit(s, format!("{MACHINES}/{name}"), move |m| {
+    s.edit(format!("{MACHINES}/{name}"), move |m| {
         m["spec"]["classRef"] = json!({"name": class});
     })
     .await;
@@ -79,14 +35,16 @@ async fn give_class(s: &Story, name: &str, class: &str) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn apply_bios_settings_on_the_simulated_rack() {
     let s = story("bi", 23, &[("tuned", "1.0", &["console=ttyS0"])]).await;
-    edit(&s, format!("{CLASSES}/tuned"), |c| {
+    s.edit(format!("{CLASSES}/tuned"), |c| {
         c["spec"]["biosAttributes"] = json!({"ProcTurboMode": "Disabled", "NumCores": "8"});
     })
     .await;
 
     // bi1: written before the install, applied by its boot, read back.
     give_class(&s, "bi1", "tuned").await;
-    let m = until(&s, "bi1", "Ready", |m| m["status"]["phase"] == "Ready").await;
+    let m = s
+        .until("bi1", "Ready", |m| m["status"]["phase"] == "Ready")
+        .await;
     let read = &m["status"]["bios"]["attributes"];
     assert_eq!(read["ProcTurboMode"], "Disabled", "{m}");
     assert_eq!(read["NumCores"], "8", "{m}");
@@ -106,10 +64,11 @@ async fn apply_bios_settings_on_the_simulated_rack() {
         .bios_dropped
         .push("ProcTurboMode".into());
     give_class(&s, "bi2", "tuned").await;
-    let m = until(&s, "bi2", "a BIOS error", |m| {
-        m["status"]["lastError"]["reason"] == "BiosSettingNotApplied"
-    })
-    .await;
+    let m = s
+        .until("bi2", "a BIOS error", |m| {
+            m["status"]["lastError"]["reason"] == "BiosSettingNotApplied"
+        })
+        .await;
     let msg = m["status"]["lastError"]["message"].as_str().unwrap();
     assert!(
         msg.starts_with(
@@ -120,17 +79,18 @@ async fn apply_bios_settings_on_the_simulated_rack() {
     assert_ne!(m["status"]["phase"], "Ready", "{m}");
 
     // A new value in the class: a new revision, bi1 reimaged in place.
-    let before = machine(&s, "bi1").await["status"]["provisionedRevision"].clone();
+    let before = s.machine("bi1").await["status"]["provisionedRevision"].clone();
     assert_ne!(before, Value::Null);
-    edit(&s, format!("{CLASSES}/tuned"), |c| {
+    s.edit(format!("{CLASSES}/tuned"), |c| {
         c["spec"]["biosAttributes"]["ProcTurboMode"] = json!("Enabled");
     })
     .await;
-    let m = until(&s, "bi1", "reimaged with the new value", |m| {
-        m["status"]["phase"] == "Ready"
-            && m["status"]["provisionedRevision"] != before
-            && m["status"]["bios"]["attributes"]["ProcTurboMode"] == "Enabled"
-    })
-    .await;
+    let m = s
+        .until("bi1", "reimaged with the new value", |m| {
+            m["status"]["phase"] == "Ready"
+                && m["status"]["provisionedRevision"] != before
+                && m["status"]["bios"]["attributes"]["ProcTurboMode"] == "Enabled"
+        })
+        .await;
     assert_eq!(s.rack.boots()[0], 2, "{m}");
 }

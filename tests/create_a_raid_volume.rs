@@ -15,54 +15,14 @@
 
 mod common;
 
-use std::time::{Duration, Instant};
-
-use common::rack::tail;
-use common::sim_rack::{Story, story};
-use serde_json::{Value, json};
+use common::sim_rack::{MACHINES, Story, story};
+use serde_json::json;
 
 const CLASSES: &str = "/apis/metalherd.dev/v1alpha1/namespaces/default/machineclasses";
-const MACHINES: &str = "/apis/metalherd.dev/v1alpha1/namespaces/default/machines";
-
-async fn edit(s: &Story, path: String, f: impl FnOnce(&mut Value) + Send + 'static) {
-    let api = s.api.clone();
-    tokio::task::spawn_blocking(move || {
-        let (code, mut v) = api.req("GET", &path, None);
-        assert_eq!(code, 200, "{path}: {v}");
-        f(&mut v);
-        let (code, body) = api.req("PUT", &path, Some(&v));
-        assert!(code < 300, "{path}: {code} {body}");
-    })
-    .await
-    .unwrap();
-}
-
-async fn until(s: &Story, name: &str, what: &str, f: impl Fn(&Value) -> bool) -> Value {
-    let start = Instant::now();
-    let path = format!("{MACHINES}/{name}");
-    loop {
-        let api = s.api.clone();
-        let p = path.clone();
-        let m = tokio::task::spawn_blocking(move || api.req("GET", &p, None).1)
-            .await
-            .unwrap();
-        if f(&m) {
-            return m;
-        }
-        if start.elapsed() > Duration::from_secs(90) {
-            panic!(
-                "{name}: {what} not within 90 s\n{:#}\n{}",
-                m["status"],
-                tail(&s.api.log(), 40)
-            );
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-}
 
 /// Give machine `name` the class `raid` and the hint naming volume `os`.
 async fn declare_on_the_volume(s: &Story, name: &str) {
-    edit(s, format!("{MACHINES}/{name}"), |m| {
+    s.edit(format!("{MACHINES}/{name}"), |m| {
         m["spec"]["classRef"] = json!({"name": "raid"});
         m["spec"]["rootDeviceHints"] = json!({"volume": "os"});
     })
@@ -72,7 +32,7 @@ async fn declare_on_the_volume(s: &Story, name: &str) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn create_a_raid_volume_on_the_simulated_rack() {
     let s = story("rv", 28, &[("raid", "1.0", &[])]).await;
-    edit(&s, format!("{CLASSES}/raid"), |c| {
+    s.edit(format!("{CLASSES}/raid"), |c| {
         c["spec"]["volumes"] = json!([{"name": "os", "raidType": "RAID1",
             "drives": {"count": 2, "mediaType": "SSD", "model": "SimRAID"},
             "sizeGigabytes": 400}]);
@@ -82,7 +42,9 @@ async fn create_a_raid_volume_on_the_simulated_rack() {
     // rv1: two free SSDs besides its boot drive.
     s.rack.machines[0].bmc.sim.lock().unwrap().opts.raid_drives = 2;
     declare_on_the_volume(&s, "rv1").await;
-    let m = until(&s, "rv1", "Ready", |m| m["status"]["phase"] == "Ready").await;
+    let m = s
+        .until("rv1", "Ready", |m| m["status"]["phase"] == "Ready")
+        .await;
     let vols = s.rack.machines[0].bmc.sim.lock().unwrap().volumes.clone();
     assert_eq!(vols.len(), 1, "{vols:?}");
     assert_eq!(vols[0]["Name"], "os");
@@ -115,7 +77,7 @@ async fn create_a_raid_volume_on_the_simulated_rack() {
     // A reimage finds the volume and creates nothing.
     let before = m["status"]["provisionedRevision"].clone();
     s.edit_class("raid", "1.1").await;
-    until(&s, "rv1", "reimaged", |m| {
+    s.until("rv1", "reimaged", |m| {
         m["status"]["phase"] == "Ready" && m["status"]["provisionedRevision"] != before
     })
     .await;
@@ -125,10 +87,11 @@ async fn create_a_raid_volume_on_the_simulated_rack() {
     // rv2 has one free SSD: the boot stops before its power-on, named.
     s.rack.machines[1].bmc.sim.lock().unwrap().opts.raid_drives = 1;
     declare_on_the_volume(&s, "rv2").await;
-    let m = until(&s, "rv2", "a volume error", |m| {
-        m["status"]["lastError"]["reason"] == "BmcUnsupported"
-    })
-    .await;
+    let m = s
+        .until("rv2", "a volume error", |m| {
+            m["status"]["lastError"]["reason"] == "BmcUnsupported"
+        })
+        .await;
     let msg = m["status"]["lastError"]["message"].as_str().unwrap();
     assert!(
         msg.starts_with("CreateVolume(os): ")

@@ -21,16 +21,13 @@
 
 mod common;
 
-use std::time::{Duration, Instant};
-
 use common::out_of_service::passed_batches;
 use common::rack::tail;
-use common::sim_rack::{Story, story_declared};
+use common::sim_rack::{MACHINES, Story, story_declared};
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 
 const CLASSES: &str = "/apis/metalherd.dev/v1alpha1/namespaces/default/machineclasses";
-const MACHINES: &str = "/apis/metalherd.dev/v1alpha1/namespaces/default/machines";
 
 /// fw1 and fw2 are the set's pool; fw3 and fw4 stay out of it.
 fn declare(i: usize, m: &mut Value) -> &'static str {
@@ -38,45 +35,6 @@ fn declare(i: usize, m: &mut Value) -> &'static str {
         m["metadata"]["labels"]["role"] = json!("spare");
     }
     "Available"
-}
-
-async fn edit(s: &Story, path: String, f: impl FnOnce(&mut Value) + Send + 'static) {
-    let api = s.api.clone();
-    tokio::task::spawn_blocking(move || {
-        let (code, mut v) = api.req("GET", &path, None);
-        assert_eq!(code, 200, "{path}: {v}");
-        f(&mut v);
-        let (code, body) = api.req("PUT", &path, Some(&v));
-        assert!(code < 300, "{path}: {code} {body}");
-    })
-    .await
-    .unwrap();
-}
-
-async fn machine(s: &Story, name: &str) -> Value {
-    let api = s.api.clone();
-    let path = format!("{MACHINES}/{name}");
-    tokio::task::spawn_blocking(move || api.req("GET", &path, None).1)
-        .await
-        .unwrap()
-}
-
-async fn until(s: &Story, name: &str, what: &str, f: impl Fn(&Value) -> bool) -> Value {
-    let start = Instant::now();
-    loop {
-        let m = machine(s, name).await;
-        if f(&m) {
-            return m;
-        }
-        if start.elapsed() > Duration::from_secs(90) {
-            panic!(
-                "{name}: {what} not within 90 s\n{:#}\n{}",
-                m["status"],
-                tail(&s.api.log(), 40)
-            );
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
 }
 
 async fn rollout_status(s: &Story) -> String {
@@ -126,7 +84,7 @@ async fn update_firmware_on_the_simulated_rack() {
 
     // The class names firmware: revision 2, rolled one machine at a time.
     let f = firmware.clone();
-    edit(&s, format!("{CLASSES}/lab"), move |c| {
+    s.edit(format!("{CLASSES}/lab"), move |c| {
         c["spec"]["firmware"] = f;
     })
     .await;
@@ -138,7 +96,7 @@ async fn update_firmware_on_the_simulated_rack() {
     let served = format!("{}/images/{sha}/firmware", s.boot_url);
     for i in 0..2 {
         let name = format!("fw{}", i + 1);
-        let m = machine(&s, &name).await;
+        let m = s.machine(&name).await;
         assert_eq!(m["status"]["phase"], "Ready", "{m:#}");
         assert_eq!(
             m["status"]["firmware"]["versions"]["BIOS"], "3.0.0",
@@ -164,15 +122,16 @@ async fn update_firmware_on_the_simulated_rack() {
         }
     };
     let f = firmware.clone();
-    edit(&s, format!("{CLASSES}/flash"), move |c| {
+    s.edit(format!("{CLASSES}/flash"), move |c| {
         c["spec"]["firmware"] = f;
     })
     .await;
-    edit(&s, format!("{MACHINES}/fw3"), class("flash")).await;
-    let m = until(&s, "fw3", "a failed update", |m| {
-        m["status"]["lastError"]["reason"] == "BmcTaskFailed"
-    })
-    .await;
+    s.edit(format!("{MACHINES}/fw3"), class("flash")).await;
+    let m = s
+        .until("fw3", "a failed update", |m| {
+            m["status"]["lastError"]["reason"] == "BmcTaskFailed"
+        })
+        .await;
     let msg = m["status"]["lastError"]["message"].as_str().unwrap();
     assert!(
         msg.starts_with("UpdateFirmware(BIOS=3.0.0): ")
@@ -193,11 +152,12 @@ async fn update_firmware_on_the_simulated_rack() {
         .unwrap()
         .opts
         .firmware_ignored = true;
-    edit(&s, format!("{MACHINES}/fw4"), class("flash")).await;
-    let m = until(&s, "fw4", "a firmware error", |m| {
-        m["status"]["lastError"]["reason"] == "FirmwareNotUpdated"
-    })
-    .await;
+    s.edit(format!("{MACHINES}/fw4"), class("flash")).await;
+    let m = s
+        .until("fw4", "a firmware error", |m| {
+            m["status"]["lastError"]["reason"] == "FirmwareNotUpdated"
+        })
+        .await;
     let msg = m["status"]["lastError"]["message"].as_str().unwrap();
     assert_eq!(
         msg,

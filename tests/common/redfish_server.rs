@@ -6,9 +6,6 @@
 //! what the driver did. One System, `/redfish/v1/Systems/1`; every instance
 //! is independent, so a benchmark can run many.
 
-mod storage;
-mod update;
-
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
@@ -304,6 +301,9 @@ macro_rules! auth {
         sim
     }};
 }
+
+mod storage;
+mod update;
 
 async fn root() -> Response {
     axum::Json(json!({

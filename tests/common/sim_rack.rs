@@ -26,6 +26,9 @@ use super::rack::{controller_config, put_secret, wait_phase};
 use super::redfish_server::{RedfishServer, ServerOptions};
 use super::server::{Server, text};
 
+/// The API path of Machines in the default namespace.
+pub const MACHINES: &str = "/apis/metalherd.dev/v1alpha1/namespaces/default/machines";
+
 /// One simulated server.
 pub struct SimMachine {
     pub name: String,
@@ -405,6 +408,49 @@ pub async fn story_declared(
 }
 
 impl Story {
+    /// GET the object at API `path`, change it with `f`, PUT it back.
+    pub async fn edit(&self, path: String, f: impl FnOnce(&mut Value) + Send + 'static) {
+        let api = self.api.clone();
+        tokio::task::spawn_blocking(move || {
+            let (code, mut v) = api.req("GET", &path, None);
+            assert_eq!(code, 200, "{path}: {v}");
+            f(&mut v);
+            let (code, body) = api.req("PUT", &path, Some(&v));
+            assert!(code < 300, "{path}: {code} {body}");
+        })
+        .await
+        .unwrap()
+    }
+
+    /// The Machine `name` as the API serves it.
+    pub async fn machine(&self, name: &str) -> Value {
+        let api = self.api.clone();
+        let path = format!("{MACHINES}/{name}");
+        tokio::task::spawn_blocking(move || api.req("GET", &path, None).1)
+            .await
+            .unwrap()
+    }
+
+    /// The Machine `name` once `f` holds for it (90 s at most; the panic
+    /// says `what` was awaited, with its status and the server's log).
+    pub async fn until(&self, name: &str, what: &str, f: impl Fn(&Value) -> bool) -> Value {
+        let start = std::time::Instant::now();
+        loop {
+            let m = self.machine(name).await;
+            if f(&m) {
+                return m;
+            }
+            if start.elapsed() > Duration::from_secs(90) {
+                panic!(
+                    "{name}: {what} not within 90 s\n{:#}\n{}",
+                    m["status"],
+                    super::rack::tail(&self.api.log(), 40)
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+
     /// `metalherd ARGS`: (success, stdout, stderr).
     pub async fn cli(&self, args: &[&str]) -> (bool, String, String) {
         let api = self.api.clone();

@@ -495,12 +495,7 @@ impl Transport {
             match logic::task_outcome(task.task_state.as_deref()) {
                 TaskOutcome::Completed => return Ok(()),
                 TaskOutcome::Failed(state) => {
-                    let detail = task
-                        .messages
-                        .iter()
-                        .filter_map(|m| m.message.as_deref())
-                        .collect::<Vec<_>>()
-                        .join("; ");
+                    let detail = task.detail();
                     return Err(BmcError::TaskFailed {
                         address: self.address.clone(),
                         state,

@@ -160,12 +160,7 @@ impl RedfishBmc {
             match task_outcome(task.task_state.as_deref()) {
                 TaskOutcome::Completed => return Ok(()),
                 TaskOutcome::Failed(state) => {
-                    let detail = task
-                        .messages
-                        .iter()
-                        .filter_map(|m| m.message.as_deref())
-                        .collect::<Vec<_>>()
-                        .join("; ");
+                    let detail = task.detail();
                     return Err(BmcError::TaskFailed {
                         address: self.address().to_string(),
                         state,

@@ -208,6 +208,17 @@ pub struct Task {
     pub messages: Vec<Message>,
 }
 
+impl Task {
+    /// Its messages, joined: what a failed task says.
+    pub fn detail(&self) -> String {
+        self.messages
+            .iter()
+            .filter_map(|m| m.message.as_deref())
+            .collect::<Vec<_>>()
+            .join("; ")
+    }
+}
+
 #[derive(Clone, Debug, Default, Deserialize)]
 #[serde(default, rename_all = "PascalCase")]
 pub struct Message {

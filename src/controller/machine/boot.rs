@@ -191,13 +191,8 @@ impl Planner<'_> {
             }
             // The steps before the power-on are BMC actions too: one that
             // just failed is retried when its retry is due.
-            if let Some(left) = self
-                .st
-                .last_error
-                .as_ref()
-                .and_then(|e| self.bmc_retry_left(e))
-            {
-                return wait(left, "BMC retry");
+            if let Some(s) = self.hold_for_bmc_retry() {
+                return s;
             }
             if purpose != BootPurpose::Deprovision
                 && let Some(s) = self
@@ -307,13 +302,8 @@ impl Planner<'_> {
 
     fn after_install(&mut self, purpose: BootPurpose, class: &ClassView, b: &BootRecord) -> Step {
         // The reads after the install are BMC actions too (see above).
-        if let Some(left) = self
-            .st
-            .last_error
-            .as_ref()
-            .and_then(|e| self.bmc_retry_left(e))
-        {
-            return wait(left, "BMC retry");
+        if let Some(s) = self.hold_for_bmc_retry() {
+            return s;
         }
         if let Some(s) = self
             .firmware_after_install(class, b)

@@ -214,6 +214,17 @@ impl Planner<'_> {
         (pre_boot && e.reason.starts_with("Bmc") && since < retry).then(|| retry - since)
     }
 
+    /// The wait for the retry of a BMC step that just failed (see
+    /// [`Self::bmc_retry_left`]), if one is due later.
+    pub fn hold_for_bmc_retry(&self) -> Option<Step> {
+        let left = self
+            .st
+            .last_error
+            .as_ref()
+            .and_then(|e| self.bmc_retry_left(e))?;
+        Some(wait(left, "BMC retry"))
+    }
+
     /// Wait for an unreachable BMC that the next step needs, saying so in
     /// the last error.
     pub fn wait_bmc(&mut self) -> Step {

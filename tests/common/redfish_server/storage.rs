@@ -13,16 +13,6 @@ use super::{S, authorize};
 
 const STORAGE: &str = "/redfish/v1/Systems/1/Storage/1";
 
-macro_rules! auth {
-    ($s:expr, $h:expr) => {{
-        let mut sim = $s.lock().expect("lock");
-        if let Err(r) = authorize(&mut sim, &$h) {
-            return *r;
-        }
-        sim
-    }};
-}
-
 pub async fn storages(State(s): State<S>, headers: HeaderMap) -> Response {
     let _sim = auth!(s, headers);
     axum::Json(json!({"Members": [{"@odata.id": STORAGE}]})).into_response()

@@ -19,10 +19,7 @@ pub enum Update {
 }
 
 pub async fn service(State(s): State<S>, headers: HeaderMap) -> Response {
-    let mut sim = s.lock().expect("lock");
-    if let Err(r) = authorize(&mut sim, &headers) {
-        return *r;
-    }
+    let _sim = auth!(s, headers);
     axum::Json(
         json!({"@odata.id": "/redfish/v1/UpdateService", "Id": "UpdateService",
         "Actions": {"#UpdateService.SimpleUpdate": {
@@ -37,10 +34,7 @@ pub async fn simple_update(
     body: axum::body::Bytes,
 ) -> Response {
     let (id, uri) = {
-        let mut sim = s.lock().expect("lock");
-        if let Err(r) = authorize(&mut sim, &headers) {
-            return *r;
-        }
+        let mut sim = auth!(s, headers);
         let Ok(v) = serde_json::from_slice::<Value>(&body) else {
             return StatusCode::BAD_REQUEST.into_response();
         };
