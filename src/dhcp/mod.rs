@@ -3,7 +3,8 @@
 //! checksummed write-ahead journal in front of a redb checkpoint; see
 //! `lease_store` for what each `leaseSync` mode guarantees), a read-only
 //! lease view for the boot services, and a thin UDP driver. Authoritative,
-//! proxyDHCP and relayed operation. Never imports `controller`.
+//! proxyDHCP and relayed operation; DHCPv6's message reading and writing
+//! (`v6`). Never imports `controller`.
 
 pub mod config;
 pub mod discovery;
@@ -22,6 +23,7 @@ mod persist;
 pub mod policy;
 pub mod probe;
 pub mod server;
+pub mod v6;
 
 pub use config::{DhcpConfig, DhcpSettings};
 pub use lease_view::LeaseView;
