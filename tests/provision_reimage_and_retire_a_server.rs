@@ -1,24 +1,32 @@
-//! Stories: provision a server, reimage it in place, retire it, on a real
-//! node of the virtual rack (tests/common/lab_nodes.rs: a UEFI QEMU VM, its
-//! Redfish BMC from sushy-tools' libvirt driver, the Debian node image
-//! deploy/node-image/ builds, the lab's kubeadm-made cluster). A real node
-//! costs minutes of software emulation per install, so one server lives
-//! through the stories, in order, in one test:
+//! Stories: provision a server, roll a kubelet upgrade through a
+//! MachineSet that reimages it in place, remediate it, retire it, on real
+//! nodes of the virtual rack (tests/common/lab_nodes.rs: UEFI QEMU VMs,
+//! their Redfish BMC from sushy-tools' libvirt driver, the Debian node
+//! image deploy/node-image/ builds, the lab's kubeadm-made cluster). A real
+//! node costs minutes of software emulation per install, so two servers
+//! live through the stories, in order, in one test; `vm1` is the one each
+//! story follows, `vm2` the set's other member:
 //!
-//! - `provision_a_server` (provision.rs): declared with its BMC, network
-//!   and class, the server is installed by real Ignition and
+//! - `provision_a_server` (provision.rs): declared with its BMC and
+//!   network and claimed by the set `lab-nodes` (the class, kubelet
+//!   v1.34.3), the server is installed by real Ignition and
 //!   coreos-installer and joins the cluster; the Machine is Ready only once
 //!   its Node is.
-//! - `reimage_in_place` (reimage.rs): a class change drains the Node
-//!   through the eviction API (a budget refuses first), reinstalls the same
+//! - `roll_a_kubelet_upgrade` (roll.rs): the class moves to kubelet
+//!   v1.34.4 and the set rolls it one server at a time, gated on the Node
+//!   Ready again.
+//! - `reimage_in_place` (reimage.rs), vm1 as the roll's first batch: the
+//!   class change drains the Node through the eviction API (a budget
+//!   refuses first), reinstalls the same
 //!   server keeping its `data` partition, and the Node rejoins; the new
 //!   class also sets a BIOS attribute and names the BIOS firmware, written
 //!   and updated (`SimpleUpdate`) through sushy-tools before the
 //!   reinstall's boot and both read back after it.
-//! - `remediate_an_unhealthy_node` (remediate.rs): a MachineSet with a
-//!   remediation policy adopts the server; suspended through libvirt, its
-//!   Node goes NotReady, the set has it power-cycled through its BMC, and
-//!   it comes back from its disk without a reinstall.
+//! - `remediate_an_unhealthy_node` (remediate.rs): once `lab-nodes` is
+//!   deleted, a MachineSet with a remediation policy adopts both servers
+//!   as they are; vm1, suspended through libvirt, goes NotReady, the set
+//!   has it power-cycled through its BMC, and it comes back from its disk
+//!   without a reinstall.
 //! - `retire_a_server` (retire.rs): deleting the Machine drains and deletes
 //!   the Node, network-boots the live system where `metalherd-wipe.sh`
 //!   clears the disk (the class wipes on deprovision), powers the server
@@ -44,9 +52,12 @@ mod reimage;
 mod remediate;
 #[path = "provision_reimage_and_retire_a_server/retire.rs"]
 mod retire;
+#[path = "provision_reimage_and_retire_a_server/roll.rs"]
+mod roll;
 
 use std::time::Instant;
 
+use common::control_plane::PREVIOUS_KUBE_VERSION;
 use common::lab::{LAB_LOCK, Lab};
 use common::lab_nodes::NODE_READY_TIMEOUT;
 
@@ -81,18 +92,25 @@ pub fn tuned(lab: &Lab) -> (&'static str, String) {
 fn provision_reimage_and_retire_a_server() {
     let _guard = LAB_LOCK.lock().unwrap_or_else(|e| e.into_inner());
     let t = Instant::now();
-    let lab = Lab::up_nodes_with_decoy(1);
-    lab.declare(&[WIPE, hints::BY_SERIAL]);
+    let lab = Lab::up_nodes_with_decoy(roll::NODES);
+    lab.declare(&[
+        ("LAB_NODE_SET", "1"),
+        ("LAB_NODE_KUBE_VERSION", PREVIOUS_KUBE_VERSION),
+        WIPE,
+        hints::BY_SERIAL,
+    ]);
     let mut seen = Vec::new();
     lab.wait_phase("vm1", "Ready", NODE_READY_TIMEOUT, &mut seen);
     eprintln!("lab: vm1 Ready after {:?}", t.elapsed());
+    roll::first_rollout(&lab);
+    eprintln!("lab: both servers Ready after {:?}", t.elapsed());
 
     let s = Instant::now();
     provision::provision_a_server(&lab, &seen);
     eprintln!("lab: provision_a_server checked in {:?}", s.elapsed());
     let s = Instant::now();
-    reimage::reimage_in_place(&lab);
-    eprintln!("lab: reimage_in_place took {:?}", s.elapsed());
+    roll::roll_a_kubelet_upgrade(&lab);
+    eprintln!("lab: reimage_in_place and the roll took {:?}", s.elapsed());
     let s = Instant::now();
     remediate::remediate_an_unhealthy_node(&lab);
     eprintln!("lab: remediate_an_unhealthy_node took {:?}", s.elapsed());
@@ -100,5 +118,5 @@ fn provision_reimage_and_retire_a_server() {
     retire::retire_a_server(&lab);
     eprintln!("lab: retire_a_server took {:?}", s.elapsed());
     hints::select_a_disk_by_hints(&lab);
-    eprintln!("lab: three stories on one server took {:?}", t.elapsed());
+    eprintln!("lab: the stories on two servers took {:?}", t.elapsed());
 }

@@ -106,7 +106,13 @@ async fn read_only_qualification_of_sushy_changes_nothing() {
     for mac in &system.macs {
         assert!(detail.contains(mac.as_str()), "{mac} missing: {detail}");
     }
-    for step in ["boot-override", "power-off", "power-on", "power-cycle"] {
+    for step in [
+        "boot-override",
+        "power-off",
+        "power-on",
+        "power-cycle",
+        "bios-applied",
+    ] {
         assert_eq!(status(&report, step), "skipped", "{step}");
     }
     assert!(stderr.contains("read-only run"), "{stderr}");

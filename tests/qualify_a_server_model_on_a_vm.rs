@@ -120,6 +120,21 @@ fn a_vm_pxe_boots_once_per_override_and_hw_test_sees_whether_it_does_again() {
         detail(&report, "bios").contains("attributes readable"),
         "{report:#}"
     );
+    // With power actions: an attribute flipped, applied at the power cycle
+    // (sushy-tools applies at once), read back, and restored.
+    assert_eq!(status(&report, "bios-applied"), "pass", "{report:#}");
+    let flipped = detail(&report, "bios-applied");
+    assert!(
+        flipped.contains("ProcTurboMode: Enabled -> Disabled applied at the power cycle"),
+        "{flipped}"
+    );
+    let sushy = std::fs::read_to_string(lab.run.join("sushy.log")).unwrap_or_default();
+    assert!(
+        sushy
+            .lines()
+            .any(|l| l.contains("PATCH") && l.contains("BIOS/Settings")),
+        "no BIOS settings written through the emulator"
+    );
     let first = detail(&report, "pxe-boot");
     assert!(first.contains(&vm_mac), "{first}");
     assert!(

@@ -30,20 +30,19 @@
 //!   touched (no boot, no install, the same ROOT).
 //!
 //! The same roll on real nodes, a kubelet upgrade whose gate waits for the
-//! Node Ready in the lab's kubeadm-made cluster, is the second test here,
-//! on a rack of its own (real_nodes.rs).
+//! Node Ready in the lab's kubeadm-made cluster, runs on the real-node rack
+//! of tests/provision_reimage_and_retire_a_server.rs (its roll.rs), where
+//! it is the reimage story's rollout.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod common;
-#[path = "roll_a_machineset_on_vms/real_nodes.rs"]
-mod real_nodes;
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use common::lab::{LAB_LOCK, Lab};
 use common::lab_disk;
-use common::out_of_service::{LabWatch, passed_batches};
+use common::out_of_service::{LabWatch, log_tail, new_installs, passed_batches, rollout_status_of};
 use serde_json::{Value, json};
 
 const VMS: usize = 4;
@@ -301,16 +300,6 @@ fn rollout_status(lab: &Lab, timeout: &str) -> (bool, String, String) {
     rollout_status_of(lab, "workers", timeout)
 }
 
-/// `metalherd rollout status machineset SET`: (success, stdout, stderr).
-fn rollout_status_of(lab: &Lab, set: &str, timeout: &str) -> (bool, String, String) {
-    let args = ["rollout", "status", "machineset", set, "--timeout", timeout];
-    let o = lab.cli(&args);
-    let out = String::from_utf8_lossy(&o.stdout).into_owned();
-    let err = String::from_utf8_lossy(&o.stderr).into_owned();
-    eprintln!("$ metalherd {}\n{out}{err}", args.join(" "));
-    (o.status.success(), out, err)
-}
-
 fn get(lab: &Lab, kind: &str, name: &str) -> Value {
     serde_json::from_str(&lab.cli_ok(&["get", kind, name, "-o", "json"])).unwrap()
 }
@@ -335,18 +324,6 @@ fn history(lab: &Lab) -> BTreeMap<String, Value> {
         .collect()
 }
 
-/// `Installed` steps in `after` that `before` does not hold (the history
-/// keeps its last entries only, so older ones may have left it).
-fn new_installs(before: &Value, after: &Value) -> usize {
-    let old: Vec<&Value> = before.as_array().into_iter().flatten().collect();
-    after
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter(|e| e["step"] == "Installed" && !old.contains(e))
-        .count()
-}
-
 /// The installer's stamp on VM `i`'s ROOT partition: (boot, version).
 fn root_stamp(lab: &Lab, i: usize) -> (String, String) {
     let img = lab.disk(i);
@@ -367,10 +344,4 @@ fn probe(lab: &Lab, i: usize) -> String {
         .output()
         .unwrap();
     String::from_utf8_lossy(&o.stdout).into_owned()
-}
-
-fn log_tail(lab: &Lab) -> String {
-    let log = lab.metalherd_log();
-    let lines: Vec<&str> = log.lines().collect();
-    lines[lines.len().saturating_sub(60)..].join("\n")
 }

@@ -253,13 +253,18 @@ impl Lab {
 
     /// The metalherd CLI against the rack's server.
     pub fn cli(&self, args: &[&str]) -> std::process::Output {
+        self.cli_command(args).output().expect("metalherd cli")
+    }
+
+    /// The metalherd CLI against the rack's server, not started yet.
+    pub fn cli_command(&self, args: &[&str]) -> Command {
         let mut c = Command::new("ip");
         c.args(["netns", "exec", &self.ns])
             .arg(super::metalherd_bin())
             .arg("--data-dir")
             .arg(self.run.join("data"))
             .args(args);
-        c.output().expect("metalherd cli")
+        c
     }
 
     pub fn cli_ok(&self, args: &[&str]) -> String {

@@ -150,3 +150,33 @@ impl Drop for LabWatch {
         }
     }
 }
+
+/// `metalherd rollout status machineset SET --timeout T`, echoed to the
+/// test's output: (success, stdout, stderr).
+pub fn rollout_status_of(lab: &Lab, set: &str, timeout: &str) -> (bool, String, String) {
+    let args = ["rollout", "status", "machineset", set, "--timeout", timeout];
+    let o = lab.cli(&args);
+    let out = String::from_utf8_lossy(&o.stdout).into_owned();
+    let err = String::from_utf8_lossy(&o.stderr).into_owned();
+    eprintln!("$ metalherd {}\n{out}{err}", args.join(" "));
+    (o.status.success(), out, err)
+}
+
+/// How many `Installed` steps `after` (a boot history) has that `before`
+/// did not.
+pub fn new_installs(before: &Value, after: &Value) -> usize {
+    let old: Vec<&Value> = before.as_array().into_iter().flatten().collect();
+    after
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|e| e["step"] == "Installed" && !old.contains(e))
+        .count()
+}
+
+/// The last 60 lines of metalherd's log, for a failed rollout's message.
+pub fn log_tail(lab: &Lab) -> String {
+    let log = lab.metalherd_log();
+    let lines: Vec<&str> = log.lines().collect();
+    lines[lines.len().saturating_sub(60)..].join("\n")
+}

@@ -1,6 +1,7 @@
 //! Story: provision a server. A Machine declared with only its BMC (the
-//! virtual rack's Redfish emulator driving a real QEMU VM), its network and
-//! a class goes Registering -> Provisioning -> Provisioned -> Ready through
+//! virtual rack's Redfish emulator driving a real QEMU VM) and its network,
+//! claimed by the MachineSet `lab-nodes` (its template: the class, with
+//! kubelet v1.34.3), goes Provisioning -> Provisioned -> Ready through
 //! real DHCP, TFTP (UEFI firmware fetches iPXE) and HTTP (script, kernel,
 //! initrd, the live root, Ignition). The OS is a real one (the Debian node
 //! image deploy/node-image/ builds, class `lab-node`): real Ignition applies
@@ -12,6 +13,7 @@
 //! neither the join token nor the BMC password appears in metalherd's log,
 //! metrics, Events or the Machine's status.
 
+use crate::common::control_plane::PREVIOUS_KUBE_VERSION;
 use crate::common::lab::{Lab, boot_steps, mac};
 use crate::common::lab_disk;
 use crate::common::lab_nodes::{NODE_DATA_MARKER, NODE_DATA_START};
@@ -121,7 +123,7 @@ pub fn provision_a_server(lab: &Lab, seen: &[String]) {
         "{out}"
     );
     let info = &node["status"]["nodeInfo"];
-    assert_eq!(info["kubeletVersion"], "v1.34.4", "{info}");
+    assert_eq!(info["kubeletVersion"], PREVIOUS_KUBE_VERSION, "{info}");
     assert!(
         info["containerRuntimeVersion"]
             .as_str()

@@ -1,8 +1,9 @@
 //! Story: reimage in place, on a real node. A Node of the lab's
 //! kubeadm-made cluster (the Debian node image, joined by `kubeadm join`)
 //! runs a Pod bound to it (`nodeName`, no scheduler needed) behind a
-//! PodDisruptionBudget. Changing the class's image version reimages the
-//! same server: metalherd cordons and drains the Node through the real
+//! PodDisruptionBudget. Changing the class's image version (and its
+//! kubelet: the set's rollout, roll.rs, of which vm1 is the first batch)
+//! reimages the same server: metalherd cordons and drains the Node through the real
 //! eviction API (the budget refuses the first evictions; once it is
 //! removed the Pod is evicted), boots the installer again, coreos-installer
 //! rewrites the OS and keeps the `data` partition the class preserves, and
@@ -49,7 +50,8 @@ fn node_ready(n: &Value) -> bool {
     })
 }
 
-pub fn reimage_in_place(lab: &Lab) {
+/// `changed`: called once the new class is applied.
+pub fn reimage_in_place(lab: &Lab, changed: impl FnOnce()) {
     let before = lab.machine("vm1").unwrap();
     let rev1 = before["status"]["provisionedRevision"]
         .as_str()
@@ -85,6 +87,7 @@ pub fn reimage_in_place(lab: &Lab) {
     // new desired revision.
     let tuned = crate::tuned(lab);
     let env = [
+        ("LAB_NODE_SET", "1"),
         ("LAB_NODE_IMAGE_VERSION", "12.1"),
         (tuned.0, tuned.1.as_str()),
         crate::hints::BY_SIZE,
@@ -92,6 +95,7 @@ pub fn reimage_in_place(lab: &Lab) {
     crate::hints::apply_hints(lab, &env);
     crate::hints::assert_hints(lab, "minSizeGigabytes", serde_json::json!(6));
     lab.declare(&env);
+    changed();
     let mut seen = Vec::new();
     lab.wait_phase("vm1", "Reimaging", Duration::from_secs(300), &mut seen);
 

@@ -1,5 +1,6 @@
-//! Story: remediate an unhealthy node, a real one. A MachineSet with
-//! `spec.remediation` adopts the Ready server as it is (no reinstall). The
+//! Story: remediate an unhealthy node, a real one. The set `lab-nodes` is
+//! deleted (its servers stay Ready, unclaimed); a MachineSet with
+//! `spec.remediation` adopts both Ready servers as they are (no reinstall). The
 //! VM is then suspended through libvirt: its kubelet stops posting, the
 //! cluster's node controller marks the Node NotReady, the Machine's
 //! `NodeReady` turns False, and once that has lasted `unhealthySeconds`
@@ -8,7 +9,7 @@
 //! suspended domain is destroyed and started), the server boots its disk,
 //! the kubelet rejoins, and the set records the recovery. No install ran:
 //! the same boot record and revision, a new node boot id. Deleting the set
-//! leaves the server provisioned, unclaimed, for the next story.
+//! leaves the servers provisioned, unclaimed, for the next story.
 //!
 //! The escalation to a reimage, the `maxUnhealthy` breaker and a rollout in
 //! flight are tests/remediate_an_unhealthy_node.rs, on the simulated rack.
@@ -54,12 +55,15 @@ pub fn remediate_an_unhealthy_node(lab: &Lab) {
     let revision = before["status"]["provisionedRevision"].clone();
     let node_boot = node_boot_id(lab);
 
-    // A set adopts the Ready server: its template is what vm1 runs.
+    // The rollout's set lets its servers go, as they are.
+    delete_set(lab, crate::roll::SET);
+
+    // A set adopts the Ready servers: its template is what they run.
     let doc = json!({
         "apiVersion": "metalherd.dev/v1alpha1", "kind": "MachineSet",
         "metadata": {"name": "healers", "namespace": "default"},
         "spec": {
-            "replicas": 1,
+            "replicas": crate::roll::NODES,
             "selector": {"matchLabels": {"rack": "lab"}},
             "template": {"classRef": {"name": class}},
             "remediation": {"unhealthyWhen": ["NodeNotReady"], "unhealthySeconds": 10,
@@ -70,14 +74,19 @@ pub fn remediate_an_unhealthy_node(lab: &Lab) {
     std::fs::write(&path, doc.to_string()).unwrap();
     lab.cli_ok(&["apply", "-f", path.to_str().unwrap()]);
     let claimed = wait_for(Duration::from_secs(60), || {
-        let m = lab.machine("vm1")?;
-        (m["metadata"]["labels"]["metalherd.dev/machineset"] == "healers").then_some(m)
+        let m: Vec<Value> = (1..=crate::roll::NODES)
+            .map(|i| lab.machine(&format!("vm{i}")))
+            .collect::<Option<_>>()?;
+        m.iter()
+            .all(|m| m["metadata"]["labels"]["metalherd.dev/machineset"] == "healers")
+            .then_some(m)
     });
-    let claimed = claimed.unwrap_or_else(|| panic!("vm1 not adopted: {:#}", set(lab)["status"]));
+    let claimed = claimed.unwrap_or_else(|| panic!("not adopted: {:#}", set(lab)["status"]));
     assert_eq!(
-        claimed["status"]["boot"]["id"], boot,
+        claimed[0]["status"]["boot"]["id"], boot,
         "adopted without a boot"
     );
+    assert_eq!(claimed[1]["status"]["phase"], "Ready", "{}", claimed[1]);
     let resets = lab.reset_calls();
 
     // The server stops answering.
@@ -152,13 +161,21 @@ pub fn remediate_an_unhealthy_node(lab: &Lab) {
     );
 
     // Deleting the set leaves vm1 provisioned and unclaimed.
-    lab.cli_ok(&["delete", "machineset", "healers"]);
-    let released = wait_for(Duration::from_secs(60), || {
-        let m = lab.machine("vm1")?;
-        m["metadata"]["labels"]["metalherd.dev/machineset"]
-            .is_null()
-            .then_some(m)
-    });
-    let m = released.unwrap_or_else(|| panic!("vm1 still claimed"));
-    assert_eq!(m["status"]["phase"], "Ready", "{m}");
+    delete_set(lab, "healers");
+}
+
+/// Delete MachineSet `name`: every server it held ends unclaimed and Ready.
+fn delete_set(lab: &Lab, name: &str) {
+    lab.cli_ok(&["delete", "machineset", name]);
+    for i in 1..=crate::roll::NODES {
+        let vm = format!("vm{i}");
+        let released = wait_for(Duration::from_secs(60), || {
+            let m = lab.machine(&vm)?;
+            m["metadata"]["labels"]["metalherd.dev/machineset"]
+                .is_null()
+                .then_some(m)
+        });
+        let m = released.unwrap_or_else(|| panic!("{vm} still claimed by {name}"));
+        assert_eq!(m["status"]["phase"], "Ready", "{m}");
+    }
 }
