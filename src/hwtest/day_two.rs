@@ -3,13 +3,22 @@
 //! service (`UpdateService.SimpleUpdate`) and storage volumes (RAID).
 //! Each is a check that passes, or says the BMC lacks it (a linked
 //! resource the BMC cannot serve counts as lacking it, with its answer);
-//! nothing is written.
+//! nothing is written. Only with `allow_power_actions`, [`bios_applied`]
+//! writes one attribute, power-cycles and reads it back, then restores it.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use super::{Report, Status, check};
-use crate::bmc::Bmc;
+use super::{Options, Progress, Report, Status, check, secs};
 use crate::bmc::redfish::RedfishBmc;
+use crate::bmc::{Bmc, BmcError, PowerAction, PowerState};
+
+/// How long a written attribute may take to show after the power cycle
+/// (a real server applies it during POST, minutes after power-on).
+const APPLY_WAIT: Duration = Duration::from_secs(900);
+const APPLY_POLL: Duration = Duration::from_secs(5);
 
 /// The `@odata.id` of a link member.
 fn link<'a>(v: &'a Value, key: &str) -> Option<&'a str> {
@@ -101,4 +110,91 @@ pub async fn run(bmc: &RedfishBmc, system: &Value, report: &mut Report) {
         },
     };
     report.push(check("volumes", volumes.0, None, volumes.1));
+}
+
+/// Write `value` to BIOS attribute `name` (pending, as `Bios/Settings`
+/// holds it), power-cycle, and read the attribute until it shows `value`
+/// or [`APPLY_WAIT`] passes: what it read last.
+async fn write_and_cycle(bmc: &RedfishBmc, name: &str, value: &str) -> Result<String, BmcError> {
+    let one = BTreeMap::from([(name.to_string(), value.to_string())]);
+    bmc.set_bios(&one).await?;
+    bmc.power(PowerAction::Cycle).await?;
+    let start = Instant::now();
+    let mut last = String::new();
+    while start.elapsed() < APPLY_WAIT {
+        if bmc.power_state().await.ok() == Some(PowerState::On)
+            && let Ok(attrs) = bmc.bios().await
+        {
+            last = attrs.get(name).cloned().unwrap_or_default();
+            if last == value {
+                break;
+            }
+        }
+        tokio::time::sleep(APPLY_POLL).await;
+    }
+    Ok(last)
+}
+
+/// BIOS settings applied at a reboot: the first attribute that reads
+/// `Enabled` or `Disabled` is flipped through the settings object, the
+/// server power-cycled and the attribute read back; then the old value is
+/// written and applied the same way. Skipped without power actions.
+pub async fn bios_applied(
+    opts: &Options,
+    bmc: &RedfishBmc,
+    report: &mut Report,
+    progress: Progress<'_>,
+) {
+    const NAME: &str = "bios-applied";
+    if !opts.allow_power_actions {
+        let why = "writes a BIOS attribute and power-cycles: needs --allow-power-actions";
+        report.push(check(NAME, Status::Skipped, None, why));
+        return;
+    }
+    let attrs = match bmc.bios().await {
+        Ok(a) => a,
+        Err(e) => {
+            report.push(check(NAME, Status::NotSupported, None, e.to_string()));
+            return;
+        }
+    };
+    let Some((name, old)) = attrs
+        .iter()
+        .find(|(_, v)| v.as_str() == "Enabled" || v.as_str() == "Disabled")
+    else {
+        let why = "no attribute reads Enabled or Disabled: nothing known safe to flip";
+        report.push(check(NAME, Status::Skipped, None, why));
+        return;
+    };
+    let new = if old == "Enabled" {
+        "Disabled"
+    } else {
+        "Enabled"
+    };
+    progress(&format!(
+        "{NAME}: {name} {old} -> {new}, power cycle, read back; then back to {old}"
+    ));
+    let start = Instant::now();
+    let applied = write_and_cycle(bmc, name, new).await;
+    // Put it back whatever happened.
+    let restored = write_and_cycle(bmc, name, old).await;
+    let took = secs(start.elapsed());
+    let (status, detail) = match (applied, restored) {
+        (Err(e), _) | (_, Err(e)) => (Status::Fail, format!("{name}: {e}")),
+        (Ok(got), _) if got != new => (
+            Status::Fail,
+            format!("{name}: wrote {new}, read {got:?} after the power cycle"),
+        ),
+        (Ok(_), Ok(back)) if back != *old => (
+            Status::Fail,
+            format!(
+                "{name}: {new} applied, but restoring {old} read {back:?} after the power cycle"
+            ),
+        ),
+        (Ok(_), Ok(_)) => (
+            Status::Pass,
+            format!("{name}: {old} -> {new} applied at the power cycle, and back to {old}"),
+        ),
+    };
+    report.push(check(NAME, status, took, detail));
 }

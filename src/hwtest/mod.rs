@@ -5,8 +5,8 @@
 //! probe session logged out), inventory, boot mode, TLS, and, only with
 //! `allow_power_actions`, the one-time boot override and power off/on/cycle,
 //! plus, on Redfish, what day two needs (BIOS attributes, SimpleUpdate,
-//! storage volumes),
-//! each read back and watched for a while after the BMC says it is done.
+//! storage volumes; with power actions, a BIOS attribute written and
+//! applied at a power cycle), each read back and watched for a while after the BMC says it is done.
 //! What it finds that the quirk table does not yet cover becomes a proposed
 //! `bmc.quirks:` entry. Progress goes to the caller's callback.
 

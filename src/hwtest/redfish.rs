@@ -288,6 +288,7 @@ pub async fn run(
         super::day_two::run(&bmc, &sys, report).await;
     }
     let set = super::power::common(opts, &bmc, &reader, report, progress).await;
+    super::day_two::bios_applied(opts, &bmc, report, progress).await;
     let _ = crate::bmc::Bmc::close(&bmc).await;
     set
 }
