@@ -28,6 +28,9 @@ disk_matches() {
   fi
   size=$(( $(cat "$sys/size") * 512 ))
   gib=$(( size / 1073741824 ))
+  if [ -n "${HINT_SIZE_BYTES:-}" ]; then
+    [ "$size" = "$HINT_SIZE_BYTES" ] || return 1
+  fi
   if [ -n "${HINT_MIN_SIZE_GIB:-}" ]; then
     [ "$gib" -ge "$HINT_MIN_SIZE_GIB" ] || return 1
   fi
@@ -39,12 +42,15 @@ disk_matches() {
   return 0
 }
 
-# select_disk: the smallest disk matching every hint.
+# select_disk: the smallest disk matching every hint. A volume found by
+# its size (HINT_SIZE_BYTES, its BMC reports no WWN) must be the only disk
+# of that size.
 select_disk() {
-  local best="" best_size=0 path name size
+  local best="" best_size=0 path name size found=0
   for path in /sys/block/*; do
     name="$(basename "$path")"
     disk_matches "$name" || continue
+    found=$((found + 1))
     size=$(( $(cat "$path/size") * 512 ))
     if [ -z "$best" ] || [ "$size" -lt "$best_size" ]; then
       best="$name"
@@ -52,5 +58,9 @@ select_disk() {
     fi
   done
   [ -n "$best" ] || return 1
+  if [ -n "${HINT_SIZE_BYTES:-}" ] && [ "$found" -gt 1 ]; then
+    echo "select_disk: $found disks have the volume's size ($HINT_SIZE_BYTES bytes)" >&2
+    return 1
+  fi
   echo "/dev/$best"
 }

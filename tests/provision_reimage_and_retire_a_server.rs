@@ -31,6 +31,10 @@
 //!   the Node, network-boots the live system where `metalherd-wipe.sh`
 //!   clears the disk (the class wipes on deprovision), powers the server
 //!   off, releases its address, and the Machine is gone.
+//! - `create_a_raid_volume` (raid.rs): the class creates a RAID volume on
+//!   each server through sushy-tools' Redfish `Volumes` before its first
+//!   install; vm2's hints name it, and both of vm2's installs land on the
+//!   disk the lab's RAID controller made for it.
 //! - `select_a_disk_by_hints` (hints.rs): the VM has a second, smaller
 //!   disk, which the installer's default (the smallest disk) would pick;
 //!   each step names `/dev/vda` another way (serial number for the install,
@@ -46,6 +50,8 @@ mod common;
 mod hints;
 #[path = "provision_reimage_and_retire_a_server/provision.rs"]
 mod provision;
+#[path = "provision_reimage_and_retire_a_server/raid.rs"]
+mod raid;
 #[path = "provision_reimage_and_retire_a_server/reimage.rs"]
 mod reimage;
 #[path = "provision_reimage_and_retire_a_server/remediate.rs"]
@@ -63,10 +69,15 @@ use common::lab_nodes::NODE_READY_TIMEOUT;
 
 /// The class `lab-node` as every story declares it: it wipes the disk when
 /// the server is retired (the wipe clears everything; a reimage keeps the
-/// `data` partition).
-pub const WIPE: (&str, &str) = ("LAB_NODE_CLASS_EXTRA", "  wipeOnDeprovision: true");
+/// `data` partition) and creates the RAID volume `os` (raid.rs).
+pub fn wipe() -> (&'static str, String) {
+    (
+        "LAB_NODE_CLASS_EXTRA",
+        format!("  wipeOnDeprovision: true\n{}", raid::VOLUME),
+    )
+}
 
-/// `WIPE`, a BIOS attribute and the BIOS firmware, from the reimage on:
+/// [`wipe`], a BIOS attribute and the BIOS firmware, from the reimage on:
 /// the reimage writes the attribute and updates the firmware through
 /// sushy-tools before its boot (sushy's libvirt driver moves BiosVersion
 /// from 1.0.0 to 1.1.0 on any SimpleUpdate) and reads both back after.
@@ -80,9 +91,10 @@ pub fn tuned(lab: &Lab) -> (&'static str, String) {
     (
         "LAB_NODE_CLASS_EXTRA",
         format!(
-            "  wipeOnDeprovision: true\n  biosAttributes:\n    ProcTurboMode: Disabled\n  \
+            "  wipeOnDeprovision: true\n{}\n  biosAttributes:\n    ProcTurboMode: Disabled\n  \
              firmware:\n  - component: BIOS\n    version: \"1.1.0\"\n    image:\n      \
              url: file://{}\n      sha256: {sha}",
+            raid::VOLUME,
             path.display()
         ),
     )
@@ -93,17 +105,20 @@ fn provision_reimage_and_retire_a_server() {
     let _guard = LAB_LOCK.lock().unwrap_or_else(|e| e.into_inner());
     let t = Instant::now();
     let lab = Lab::up_nodes_with_decoy(roll::NODES);
+    let wipe = wipe();
     lab.declare(&[
         ("LAB_NODE_SET", "1"),
         ("LAB_NODE_KUBE_VERSION", PREVIOUS_KUBE_VERSION),
-        WIPE,
+        (wipe.0, wipe.1.as_str()),
         hints::BY_SERIAL,
+        raid::VM2_ON_VOLUME,
     ]);
     let mut seen = Vec::new();
     lab.wait_phase("vm1", "Ready", NODE_READY_TIMEOUT, &mut seen);
     eprintln!("lab: vm1 Ready after {:?}", t.elapsed());
     roll::first_rollout(&lab);
     eprintln!("lab: both servers Ready after {:?}", t.elapsed());
+    raid::create_a_raid_volume(&lab);
 
     let s = Instant::now();
     provision::provision_a_server(&lab, &seen);
@@ -111,6 +126,7 @@ fn provision_reimage_and_retire_a_server() {
     let s = Instant::now();
     roll::roll_a_kubelet_upgrade(&lab);
     eprintln!("lab: reimage_in_place and the roll took {:?}", s.elapsed());
+    raid::reinstalled_on_the_volume(&lab);
     let s = Instant::now();
     remediate::remediate_an_unhealthy_node(&lab);
     eprintln!("lab: remediate_an_unhealthy_node took {:?}", s.elapsed());

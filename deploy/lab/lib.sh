@@ -122,6 +122,7 @@ SUSHY_EMULATOR_LISTEN_IP = '127.0.0.1'
 SUSHY_EMULATOR_LISTEN_PORT = $port
 SUSHY_EMULATOR_LIBVIRT_URI = 'qemu:///system?socket=$run/libvirt/libvirt-sock'
 SUSHY_EMULATOR_BOOT_LOADER_MAP = {'UEFI': {'x86_64': '/usr/share/OVMF/OVMF_CODE_4M.fd'}, 'Legacy': {'x86_64': None}}
+${LAB_SUSHY_EXTRA:-}
 CONF
   ip netns exec "$ns" "$venv/bin/sushy-emulator" --config "$run/sushy.conf" > "$run/sushy.log" 2>&1 &
   echo $! > "$run/sushy.pid"
@@ -132,6 +133,92 @@ CONF
   lab_log "sushy-emulator did not start; see $run/sushy.log"; return 1
 }
 
+# lab_raid_up NS RUN PORT NAME=UUID...: a RAID controller for the VMs whose
+# Redfish Storage lab_raid_sushy_conf declared. sushy-tools creates a
+# volume POSTed to a Storage's Volumes as a file in its libvirt pool (a
+# transient pool `metalherd-lab` under RUN/pool, made here) but, unlike a
+# controller, shows it to no server, and names it by its process id and
+# the second, so two servers' volumes made in the same second would share
+# one file. This loop plays the controller's other half: every second it
+# reads each VM's volumes from sushy-tools and gives every volume a disk
+# of its own, RUN/raid/NAME-ID.img of the volume's CapacityBytes, attached
+# as the next virtio disk (serial: the volume's Id) to the VM's definition
+# and, when it runs, to the running VM. It attaches again what a
+# definition lost (sushy-tools rewrites it for every boot device change).
+# Log: RUN/raid.log.
+lab_raid_up() {
+  local ns=$1 run=$2 port=$3; shift 3
+  mkdir -p "$run/pool" "$run/raid"
+  # libvirtd keeps a running pool's state across its restarts: one an
+  # earlier lab left goes first.
+  lab_virsh "$run" pool-destroy metalherd-lab >/dev/null 2>&1 || true
+  lab_virsh "$run" pool-create-as metalherd-lab dir --target "$run/pool" >/dev/null
+  (
+    set +eu +o pipefail
+    while :; do
+      for pair in "$@"; do lab_raid_pass "$ns" "$run" "$port" "${pair%%=*}" "${pair#*=}"; done
+      sleep 1
+    done
+  ) >> "$run/raid.log" 2>&1 &
+  echo $! > "$run/raid.pid"
+}
+
+# lab_raid_pass NS RUN PORT NAME UUID: one pass of lab_raid_up for one VM.
+lab_raid_pass() {
+  local ns=$1 run=$2 port=$3 name=$4 uuid=$5 base vols v id bytes img xml live dev
+  base="http://127.0.0.1:$port/redfish/v1/Systems/$uuid/Storage/1/Volumes"
+  vols=$(ip netns exec "$ns" curl -fs "$base" 2>/dev/null) || return 0
+  for v in $(printf '%s' "$vols" | grep -o "\"/redfish/v1/Systems/$uuid/Storage/1/Volumes/[^\"]*\"" | tr -d '"'); do
+    id=${v##*/}
+    img="$run/raid/$name-$id.img"
+    if [ ! -e "$img" ]; then
+      bytes=$(ip netns exec "$ns" curl -fs "http://127.0.0.1:$port$v" | sed -n 's/.*"CapacityBytes": *\([0-9]*\).*/\1/p' | head -n 1)
+      [ -n "$bytes" ] && [ "$bytes" -gt 0 ] || continue
+      truncate -s "$bytes" "$img"
+      echo "$(date +%T) $name: volume $id, $bytes bytes: $img"
+    fi
+    xml=$(lab_virsh "$run" dumpxml --inactive "$name" 2>/dev/null) || continue
+    if ! printf '%s' "$xml" | grep -qF "$img"; then
+      dev=$(lab_raid_free_dev "$xml")
+      lab_virsh "$run" attach-disk "$name" "$img" "$dev" --targetbus virtio --cache unsafe --serial "$id" --config >/dev/null &&
+        echo "$(date +%T) $name: $id attached to the definition as $dev"
+    fi
+    if [ "$(lab_virsh "$run" domstate "$name" 2>/dev/null)" = running ]; then
+      live=$(lab_virsh "$run" dumpxml "$name" 2>/dev/null) || continue
+      if ! printf '%s' "$live" | grep -qF "$img"; then
+        dev=$(lab_raid_free_dev "$live")
+        lab_virsh "$run" attach-disk "$name" "$img" "$dev" --targetbus virtio --cache unsafe --serial "$id" --live >/dev/null &&
+          echo "$(date +%T) $name: $id attached to the running VM as $dev"
+      fi
+    fi
+  done
+}
+
+# lab_raid_free_dev XML: the first virtio target from vdc on that XML lacks.
+lab_raid_free_dev() {
+  local l
+  for l in c d e f g h; do
+    printf '%s' "$1" | grep -q "dev='vd$l'" || { echo "vd$l"; return; }
+  done
+  echo vdz
+}
+
+# lab_raid_sushy_conf UUID...: sushy-tools' Storage for each VM (config
+# lines for LAB_SUSHY_EXTRA): one controller with one 16 GiB drive and no
+# volume yet, volumes made in the pool lab_raid_up makes.
+lab_raid_sushy_conf() {
+  local u storage="" drives="" volumes=""
+  for u in "$@"; do
+    storage="$storage'$u': [{'Id': '1', 'Name': 'Lab RAID controller', 'StorageControllers': [{'MemberId': '0', 'Name': 'Lab RAID', 'SpeedGbps': 12}], 'Drives': ['$u-d0']}], "
+    drives="$drives('$u', '1'): [{'Id': '$u-d0', 'Name': 'Lab drive 0', 'CapacityBytes': 17179869184, 'Protocol': 'SATA'}], "
+    volumes="$volumes('$u', '1'): [], "
+  done
+  echo "SUSHY_EMULATOR_STORAGE_POOL = 'metalherd-lab'"
+  echo "SUSHY_EMULATOR_STORAGE = {$storage}"
+  echo "SUSHY_EMULATOR_DRIVES = {$drives}"
+  echo "SUSHY_EMULATOR_VOLUMES = {$volumes}"
+}
+
 # lab_down NS RUN: stop everything the lab started (by PID) and restore qemu.conf.
 lab_down() {
   local ns=$1 run=$2
@@ -140,8 +227,9 @@ lab_down() {
       lab_virsh "$run" destroy "$d" >/dev/null 2>&1 || true
       lab_virsh "$run" undefine --nvram "$d" >/dev/null 2>&1 || lab_virsh "$run" undefine "$d" >/dev/null 2>&1 || true
     done
+    lab_virsh "$run" pool-destroy metalherd-lab >/dev/null 2>&1 || true
   fi
-  for p in sushy mirror metalherd metalherd-b kube-controller-manager kube-apiserver etcd libvirtd; do
+  for p in raid sushy mirror metalherd metalherd-b kube-controller-manager kube-apiserver etcd libvirtd; do
     [ -f "$run/$p.pid" ] && kill "$(cat "$run/$p.pid")" 2>/dev/null || true
   done
   sleep 0.5
@@ -240,8 +328,9 @@ YAML
 
 # lab_machine I UUID [CLASS]: VM I's BMC Secret and Machine (addressed by
 # its Redfish system; LAB_BMC_PORT, default 8000, is the port its BMC
-# address uses), with CLASS as its class, or none, and LAB_HINTS (a YAML
-# flow map, e.g. "{serialNumber: S}") as its rootDeviceHints when set.
+# address uses), with CLASS as its class, or none, and LAB_HINTS_VMI, else
+# LAB_HINTS (a YAML flow map, e.g. "{serialNumber: S}"), as its
+# rootDeviceHints when set.
 lab_machine() {
   local i=$1 uuid=$2 class=${3:-}
   cat <<YAML
@@ -261,7 +350,9 @@ spec:
   network: {address: 10.89.0.$((10 + i))/24, gateway: 10.89.0.1, hostname: vm$i}
 YAML
   [ -z "$class" ] || echo "  classRef: {name: $class}"
-  [ -z "${LAB_HINTS:-}" ] || echo "  rootDeviceHints: $LAB_HINTS"
+  local hints
+  eval "hints=\${LAB_HINTS_VM$i:-\${LAB_HINTS:-}}"
+  [ -z "$hints" ] || echo "  rootDeviceHints: $hints"
 }
 
 # lab_kube_up NS RUN [TOKEN]: a real Kubernetes control plane for the rack,

@@ -189,7 +189,9 @@ pub(crate) fn hint_vars(machine: &Machine) -> Result<Vec<(&'static str, String)>
             vars.push(("HINT_WWN", check_word(&format!("{at}.wwn"), w)?.to_string()));
         }
         // A volume the class creates: the disk with the WWN the BMC
-        // reported for it (read after it was created, before this boot).
+        // reported for it (read after it was created, before this boot);
+        // a BMC that reports none (sushy-tools, some controllers) gives
+        // the volume's exact size instead, which one disk only may have.
         if let Some(v) = &h.volume {
             let field = format!("{at}.volume");
             if h.wwn.is_some() {
@@ -203,23 +205,31 @@ pub(crate) fn hint_vars(machine: &Machine) -> Result<Vec<(&'static str, String)>
                 .as_ref()
                 .and_then(|s| s.volumes.as_ref())
                 .and_then(|s| s.volumes.iter().find(|x| &x.name == v));
-            let wwn = match found {
+            match found {
                 None => {
                     return Err(RenderError::invalid(
                         field,
                         format!("the BMC reports no volume {v:?} (does the class create it?)"),
                     ));
                 }
-                Some(x) => x.wwn.as_deref().ok_or_else(|| {
-                    RenderError::invalid(
-                        field.clone(),
-                        format!(
-                            "the BMC reports no WWN for volume {v:?}: name the disk another way"
-                        ),
-                    )
-                })?,
-            };
-            vars.push(("HINT_WWN", check_word(&field, wwn)?.to_string()));
+                Some(x) => match (&x.wwn, x.capacity_bytes) {
+                    (Some(wwn), _) => {
+                        vars.push(("HINT_WWN", check_word(&field, wwn)?.to_string()));
+                    }
+                    (None, Some(bytes)) if bytes > 0 => {
+                        vars.push(("HINT_SIZE_BYTES", bytes.to_string()));
+                    }
+                    (None, _) => {
+                        return Err(RenderError::invalid(
+                            field,
+                            format!(
+                                "the BMC reports neither a WWN nor a size for volume {v:?}: \
+                                 name the disk another way"
+                            ),
+                        ));
+                    }
+                },
+            }
         }
         if let Some(g) = h.min_size_gigabytes {
             vars.push(("HINT_MIN_SIZE_GIB", g.to_string()));
@@ -229,4 +239,51 @@ pub(crate) fn hint_vars(machine: &Machine) -> Result<Vec<(&'static str, String)>
         }
     }
     Ok(vars)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A Machine whose hints name volume `os`, with the volumes its BMC
+    /// reported.
+    fn on_volume(volumes: serde_json::Value) -> Machine {
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "metalherd.dev/v1alpha1",
+            "kind": "Machine",
+            "metadata": {"name": "m1", "namespace": "default"},
+            "spec": {
+                "bmc": {"address": "redfish://192.0.2.10", "credentialsSecretRef": {"name": "b"}},
+                "rootDeviceHints": {"volume": "os"},
+            },
+            "status": {"volumes": {"volumes": volumes, "readAt": "2026-01-01T00:00:00Z"}},
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn a_volume_is_found_by_its_wwn_else_by_its_exact_size() {
+        let m = on_volume(serde_json::json!([
+            {"name": "os", "capacityBytes": 5368709120u64, "wwn": "0x600508b1001c4d2e"}
+        ]));
+        assert_eq!(
+            hint_vars(&m).unwrap(),
+            [("HINT_WWN", "0x600508b1001c4d2e".to_string())]
+        );
+        let m = on_volume(serde_json::json!([{"name": "os", "capacityBytes": 5368709120u64}]));
+        assert_eq!(
+            hint_vars(&m).unwrap(),
+            [("HINT_SIZE_BYTES", "5368709120".to_string())]
+        );
+    }
+
+    #[test]
+    fn a_volume_with_neither_a_wwn_nor_a_size_or_none_at_all_is_refused() {
+        let m = on_volume(serde_json::json!([{"name": "os"}]));
+        let e = hint_vars(&m).unwrap_err().to_string();
+        assert!(e.contains("neither a WWN nor a size"), "{e}");
+        let m = on_volume(serde_json::json!([{"name": "data", "capacityBytes": 1}]));
+        let e = hint_vars(&m).unwrap_err().to_string();
+        assert!(e.contains("reports no volume \"os\""), "{e}");
+    }
 }

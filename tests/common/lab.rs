@@ -465,13 +465,19 @@ impl Lab {
             .and_then(|v| v.parse().ok())
     }
 
-    /// Number of power actions the Redfish emulator received (from its log).
-    pub fn reset_calls(&self) -> usize {
+    /// Number of requests with `method` whose line in the Redfish
+    /// emulator's log contains `path`.
+    pub fn bmc_calls(&self, method: &str, path: &str) -> usize {
         std::fs::read_to_string(self.run.join("sushy.log"))
             .unwrap_or_default()
             .lines()
-            .filter(|l| l.contains("POST") && l.contains("ComputerSystem.Reset"))
+            .filter(|l| l.contains(&format!("\"{method} ")) && l.contains(path))
             .count()
+    }
+
+    /// Number of power actions the Redfish emulator received (from its log).
+    pub fn reset_calls(&self) -> usize {
+        self.bmc_calls("POST", "ComputerSystem.Reset")
     }
 
     /// `virsh ARGS` against the lab's libvirt (domains are `{ns}-vmN`).

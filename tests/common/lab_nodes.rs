@@ -83,10 +83,23 @@ impl Lab {
             ));
             self.uuids.push(uuid.trim().to_string());
         }
+        let raid = disks == NodeDisks::WithDecoy;
+        let uuids = self.uuids.join(" ");
+        let extra = if raid {
+            format!("LAB_SUSHY_EXTRA=\"$(lab_raid_sushy_conf {uuids})\" ")
+        } else {
+            String::new()
+        };
         lab_sh(&format!(
-            "lab_sushy_up {ns} '{r}' 8000 '{}'",
+            "{extra}lab_sushy_up {ns} '{r}' 8000 '{}'",
             venv.display()
         ));
+        if raid {
+            let pairs: Vec<String> = (1..=n)
+                .map(|i| format!("{ns}-vm{i}={}", self.uuids[i - 1]))
+                .collect();
+            lab_sh(&format!("lab_raid_up {ns} '{r}' 8000 {}", pairs.join(" ")));
+        }
         lab_sh(&format!("lab_config '{r}' br0 '{}'", root.display()));
         let kubeconfig = self.kube_up();
         super::control_plane::kube_bin("kubelet");
@@ -102,6 +115,25 @@ impl Lab {
             kubeconfig.display()
         ));
         self.start_metalherd();
+    }
+
+    /// VM `i`'s RAID volume disks ([`NodeDisks::WithDecoy`]), by name.
+    pub fn raid_disks(&self, i: usize) -> Vec<std::path::PathBuf> {
+        let prefix = format!("{}-vm{i}-", self.ns);
+        let mut found: Vec<_> = std::fs::read_dir(self.run.join("raid"))
+            .map(|d| {
+                d.filter_map(Result::ok)
+                    .map(|e| e.path())
+                    .filter(|p| {
+                        p.file_name()
+                            .and_then(|f| f.to_str())
+                            .is_some_and(|f| f.starts_with(&prefix))
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        found.sort();
+        found
     }
 
     /// VM `i`'s decoy disk ([`Lab::up_nodes_with_decoy`]).
@@ -143,7 +175,10 @@ pub enum NodeDisks {
     /// And a 4 GiB `/dev/vdb`, serial [`DECOY_SERIAL`], holding a GPT
     /// with one partition `decoy` that starts with [`DECOY_MARKER`]:
     /// smaller, so the installer's default (the smallest disk) would pick
-    /// it; only hints lead to `/dev/vda`.
+    /// it; only hints lead to `/dev/vda`. And a RAID controller: its
+    /// Redfish Storage (one 16 GiB drive) in sushy-tools, and each volume
+    /// made there attached to the VM as a disk of the volume's size
+    /// (lib.sh's `lab_raid_up`; its disks are [`Lab::raid_disks`]).
     WithDecoy,
 }
 

@@ -22,8 +22,11 @@ pub const BY_NAME: (&str, &str) = ("LAB_HINTS", "{deviceName: /dev/vda}");
 /// Apply only the Machine, with these hints (and the class's `env`, which
 /// is not applied): it takes effect at the next install or wipe, not by
 /// itself.
+/// vm2 keeps its hints (raid.rs).
 pub fn apply_hints(lab: &Lab, env: &[(&str, &str)]) {
-    lab.write_manifests(env);
+    let mut env = env.to_vec();
+    env.push(crate::raid::VM2_ON_VOLUME);
+    lab.write_manifests(&env);
     lab.cli_ok(&[
         "apply",
         "-f",

@@ -91,6 +91,7 @@ pub fn reimage_in_place(lab: &Lab, changed: impl FnOnce()) {
         ("LAB_NODE_IMAGE_VERSION", "12.1"),
         (tuned.0, tuned.1.as_str()),
         crate::hints::BY_SIZE,
+        crate::raid::VM2_ON_VOLUME,
     ];
     crate::hints::apply_hints(lab, &env);
     crate::hints::assert_hints(lab, "minSizeGigabytes", serde_json::json!(6));
@@ -156,11 +157,8 @@ pub fn reimage_in_place(lab: &Lab, changed: impl FnOnce()) {
         after["status"]["bios"]["attributes"]["ProcTurboMode"], "Disabled",
         "{after}"
     );
-    let sushy = std::fs::read_to_string(lab.run.join("sushy.log")).unwrap_or_default();
     assert!(
-        sushy
-            .lines()
-            .any(|l| l.contains("PATCH") && l.contains("BIOS/Settings")),
+        lab.bmc_calls("PATCH", "BIOS/Settings") > 0,
         "no BIOS settings written through the emulator"
     );
     // The class's firmware: updated through SimpleUpdate before the boot,
@@ -170,9 +168,7 @@ pub fn reimage_in_place(lab: &Lab, changed: impl FnOnce()) {
         "{after}"
     );
     assert!(
-        sushy
-            .lines()
-            .any(|l| l.contains("POST") && l.contains("UpdateService.SimpleUpdate")),
+        lab.bmc_calls("POST", "UpdateService.SimpleUpdate") > 0,
         "no SimpleUpdate through the emulator"
     );
     let boot2 = after["status"]["boot"]["id"].as_str().unwrap();
