@@ -1,14 +1,14 @@
-//! Stories: roll a MachineSet, and roll back a bad revision, on the virtual
-//! rack (tests/common/lab.rs: four UEFI QEMU VMs in a namespace, their
-//! Redfish BMCs from sushy-tools' libvirt driver, `metalherd serve` on the
-//! rack's bridge). A VM boot costs about a minute of software emulation, so
-//! one rack is provisioned once and both stories run on it, in order, in
-//! one test. Everything a user does goes through the CLI: `apply`,
+//! Stories: adopt running servers, roll a MachineSet, roll back a bad
+//! revision, and remediate an unhealthy node, on the virtual rack (tests/common/lab.rs: four UEFI QEMU
+//! VMs in a namespace, their Redfish BMCs from sushy-tools' libvirt driver,
+//! `metalherd serve` on the rack's bridge). A VM boot costs about a minute
+//! of software emulation, so one rack is provisioned once and the stories
+//! run on it, in order, in one test. Everything a user does goes through the CLI: `apply`,
 //! `rollout status`, `rollout history`. The simulated-rack versions (and
 //! scale, restart and race stories) are tests/roll_a_machineset.rs.
 //!
-//! The set `workers` claims the four VMs (a pool declared without a class)
-//! with class `lab`, maxUnavailable 2, and a health gate: each installed
+//! The set `workers` claims the four VMs (a pool declared without a class,
+//! two of them adopted) with class `lab`, maxUnavailable 2, and a health gate: each installed
 //! VM's test OS serves `http://ADDRESS/cgi-bin/healthz` (busybox httpd),
 //! answering the status a `health=NNN` argument names among the installed
 //! kernel arguments (the class's `kernelArgs`, from the Ignition config
@@ -29,13 +29,26 @@
 //!   again), revision 3 is marked bad, and the other two VMs were never
 //!   touched (no boot, no install, the same ROOT).
 //!
+//! - `adopt_running_servers` (adopt.rs), first: vm3 and vm4 are declared
+//!   as externally provisioned and started from their disks by hand; the
+//!   set claims them as they are (no BMC action, no boot) and installs
+//!   only vm1 and vm2. The roll then reinstalls all four.
+//! - `remediate_an_unhealthy_node` (remediate.rs): a remediation policy on
+//!   the health probe; a server broken on disk and silent is power-cycled,
+//!   still answers 500-something, and is reimaged; two silent at once,
+//!   more than `maxUnhealthy: 1`, are left alone and the set says why.
+//!
 //! The same roll on real nodes, a kubelet upgrade whose gate waits for the
 //! Node Ready in the lab's kubeadm-made cluster, runs on the real-node rack
 //! of tests/provision_reimage_and_retire_a_server.rs (its roll.rs), where
 //! it is the reimage story's rollout.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+#[path = "roll_a_machineset_on_vms/adopt.rs"]
+mod adopt;
 mod common;
+#[path = "roll_a_machineset_on_vms/remediate.rs"]
+mod remediate;
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -52,16 +65,13 @@ fn roll_a_machineset_and_rollback_a_bad_revision() {
     let _guard = LAB_LOCK.lock().unwrap_or_else(|e| e.into_inner());
     let t = Instant::now();
     let lab = Lab::up(VMS);
-    lab.declare_pool(&[]);
-    for i in 1..=VMS {
-        lab.wait_phase(
-            &format!("vm{i}"),
-            "Available",
-            Duration::from_secs(300),
-            &mut Vec::new(),
-        );
-    }
-    // The set claims the pool and installs revision 1 on it.
+    adopt::declare(&lab);
+    eprintln!(
+        "lab: vm3 and vm4 adopted and running after {:?}",
+        t.elapsed()
+    );
+    // The set claims the pool, installs revision 1 on vm1 and vm2 and
+    // takes vm3 and vm4 as they are.
     apply_set(&lab, "lab", 1800);
     let (ok, out, err) = rollout_status(&lab, "30m");
     assert!(ok, "first rollout: {out}{err}\n{}", log_tail(&lab));
@@ -71,6 +81,7 @@ fn roll_a_machineset_and_rollback_a_bad_revision() {
         )),
         "{out}"
     );
+    adopt::adopted_as_they_are(&lab);
     eprintln!(
         "lab: rack up and revision 1 installed after {:?}",
         t.elapsed()
@@ -82,7 +93,10 @@ fn roll_a_machineset_and_rollback_a_bad_revision() {
     let s = Instant::now();
     rollback_a_bad_revision(&lab, roll);
     eprintln!("lab: rollback_a_bad_revision took {:?}", s.elapsed());
-    eprintln!("lab: both stories on one rack took {:?}", t.elapsed());
+    let s = Instant::now();
+    remediate::remediate_an_unhealthy_node(&lab);
+    eprintln!("lab: remediate_an_unhealthy_node took {:?}", s.elapsed());
+    eprintln!("lab: the three stories on one rack took {:?}", t.elapsed());
 }
 
 /// Returns how long the rollout took.
@@ -270,7 +284,12 @@ fn rollback_a_bad_revision(lab: &Lab, good_rollout: Duration) {
 /// `metalherd apply` of the set `workers` (every VM of the rack) with this
 /// class and progress deadline.
 fn apply_set(lab: &Lab, class: &str, deadline: u32) {
-    let set = json!({
+    apply_set_with(lab, class, deadline, None);
+}
+
+/// [`apply_set`] with a remediation policy.
+fn apply_set_with(lab: &Lab, class: &str, deadline: u32, remediation: Option<Value>) {
+    let mut set = json!({
         "apiVersion": "metalherd.dev/v1alpha1", "kind": "MachineSet",
         "metadata": {"name": "workers", "namespace": "default"},
         "spec": {
@@ -286,6 +305,9 @@ fn apply_set(lab: &Lab, class: &str, deadline: u32) {
             }
         }
     });
+    if let Some(r) = remediation {
+        set["spec"]["remediation"] = r;
+    }
     apply(lab, "workers", &set);
 }
 

@@ -44,6 +44,11 @@ pub struct HwTestArgs {
     /// Without it nothing that changes the server is sent.
     #[arg(long)]
     pub allow_power_actions: bool,
+    /// The BIOS attribute the bios-applied check writes (and restores
+    /// after), as NAME=VALUE; default: the first attribute that reads
+    /// Enabled or Disabled, flipped. Only with --allow-power-actions.
+    #[arg(long, value_name = "NAME=VALUE", value_parser = parse_attribute)]
+    pub bios_attribute: Option<(String, String)>,
     /// Find the session limit by opening up to N concurrent sessions (all
     /// are logged out again). A BMC out of sessions locks its operators out
     /// until they expire: keep N small.
@@ -76,6 +81,14 @@ pub struct HwTestArgs {
     /// Report format.
     #[arg(short = 'o', long, value_enum, default_value_t = Output::Table)]
     pub output: Output,
+}
+
+/// `NAME=VALUE`, both non-empty.
+fn parse_attribute(s: &str) -> Result<(String, String), String> {
+    match s.split_once('=') {
+        Some((n, v)) if !n.is_empty() && !v.is_empty() => Ok((n.to_string(), v.to_string())),
+        _ => Err(format!("{s:?}: expected NAME=VALUE")),
+    }
 }
 
 pub async fn run_cmd(args: HwTestArgs) -> anyhow::Result<()> {
@@ -112,6 +125,7 @@ pub async fn run_cmd(args: HwTestArgs) -> anyhow::Result<()> {
             ..Timing::default()
         },
         allow_power_actions: args.allow_power_actions,
+        bios_attribute: args.bios_attribute.clone(),
         session_limit_probe: args.probe_session_limit,
         settle_window: Duration::from_secs(args.settle_window),
         pxe: args.interface.clone().map(|interface| PxeOptions {

@@ -135,10 +135,48 @@ async fn write_and_cycle(bmc: &RedfishBmc, name: &str, value: &str) -> Result<St
     Ok(last)
 }
 
-/// BIOS settings applied at a reboot: the first attribute that reads
-/// `Enabled` or `Disabled` is flipped through the settings object, the
-/// server power-cycled and the attribute read back; then the old value is
-/// written and applied the same way. Skipped without power actions.
+/// The attribute `bios-applied` writes: (name, value now, value to write).
+/// The one the operator named (`Fail` when the BMC lacks it, `Skipped`
+/// when it already reads that value), else the first that reads `Enabled`
+/// or `Disabled`, flipped (`Skipped` when none does).
+fn pick_attribute(
+    attrs: &BTreeMap<String, String>,
+    wanted: Option<&(String, String)>,
+) -> Result<(String, String, String), (Status, String)> {
+    if let Some((name, value)) = wanted {
+        return match attrs.get(name) {
+            None => Err((
+                Status::Fail,
+                format!("the BMC has no BIOS attribute {name} (--bios-attribute)"),
+            )),
+            Some(old) if old == value => Err((
+                Status::Skipped,
+                format!("{name} already reads {value}: nothing to apply"),
+            )),
+            Some(old) => Ok((name.clone(), old.clone(), value.clone())),
+        };
+    }
+    let Some((name, old)) = attrs
+        .iter()
+        .find(|(_, v)| v.as_str() == "Enabled" || v.as_str() == "Disabled")
+    else {
+        return Err((
+            Status::Skipped,
+            "no attribute reads Enabled or Disabled: nothing known safe to flip (--bios-attribute names one)".into(),
+        ));
+    };
+    let new = if old == "Enabled" {
+        "Disabled"
+    } else {
+        "Enabled"
+    };
+    Ok((name.clone(), old.clone(), new.to_string()))
+}
+
+/// BIOS settings applied at a reboot: the attribute [`pick_attribute`]
+/// chooses is written through the settings object, the server
+/// power-cycled and the attribute read back; then the old value is written
+/// and applied the same way. Skipped without power actions.
 pub async fn bios_applied(
     opts: &Options,
     bmc: &RedfishBmc,
@@ -158,19 +196,14 @@ pub async fn bios_applied(
             return;
         }
     };
-    let Some((name, old)) = attrs
-        .iter()
-        .find(|(_, v)| v.as_str() == "Enabled" || v.as_str() == "Disabled")
-    else {
-        let why = "no attribute reads Enabled or Disabled: nothing known safe to flip";
-        report.push(check(NAME, Status::Skipped, None, why));
-        return;
+    let (name, old, new) = match pick_attribute(&attrs, opts.bios_attribute.as_ref()) {
+        Ok(p) => p,
+        Err((status, why)) => {
+            report.push(check(NAME, status, None, why));
+            return;
+        }
     };
-    let new = if old == "Enabled" {
-        "Disabled"
-    } else {
-        "Enabled"
-    };
+    let (name, old, new) = (name.as_str(), old.as_str(), new.as_str());
     progress(&format!(
         "{NAME}: {name} {old} -> {new}, power cycle, read back; then back to {old}"
     ));
@@ -185,7 +218,7 @@ pub async fn bios_applied(
             Status::Fail,
             format!("{name}: wrote {new}, read {got:?} after the power cycle"),
         ),
-        (Ok(_), Ok(back)) if back != *old => (
+        (Ok(_), Ok(back)) if back != old => (
             Status::Fail,
             format!(
                 "{name}: {new} applied, but restoring {old} read {back:?} after the power cycle"
@@ -197,4 +230,47 @@ pub async fn bios_applied(
         ),
     };
     report.push(check(NAME, status, took, detail));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn attrs() -> BTreeMap<String, String> {
+        [
+            ("BootMode", "Uefi"),
+            ("ProcTurboMode", "Enabled"),
+            ("SriovGlobalEnable", "Disabled"),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+    }
+
+    #[test]
+    fn the_first_enabled_or_disabled_attribute_is_flipped_unless_one_is_named() {
+        assert_eq!(
+            pick_attribute(&attrs(), None),
+            Ok(("ProcTurboMode".into(), "Enabled".into(), "Disabled".into()))
+        );
+        let named = ("BootMode".to_string(), "Bios".to_string());
+        assert_eq!(
+            pick_attribute(&attrs(), Some(&named)),
+            Ok(("BootMode".into(), "Uefi".into(), "Bios".into()))
+        );
+    }
+
+    #[test]
+    fn a_named_attribute_the_bmc_lacks_fails_and_one_already_set_is_skipped() {
+        let missing = ("NoSuch".to_string(), "On".to_string());
+        let (status, why) = pick_attribute(&attrs(), Some(&missing)).unwrap_err();
+        assert_eq!(status, Status::Fail);
+        assert!(why.contains("no BIOS attribute NoSuch"), "{why}");
+        let same = ("SriovGlobalEnable".to_string(), "Disabled".to_string());
+        let (status, why) = pick_attribute(&attrs(), Some(&same)).unwrap_err();
+        assert_eq!(status, Status::Skipped);
+        assert!(why.contains("already reads Disabled"), "{why}");
+        let none = BTreeMap::from([("BootMode".to_string(), "Uefi".to_string())]);
+        assert_eq!(pick_attribute(&none, None).unwrap_err().0, Status::Skipped);
+    }
 }

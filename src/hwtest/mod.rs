@@ -40,6 +40,9 @@ pub struct Options {
     pub timing: Timing,
     /// Power off/on/cycle and set a one-time boot override.
     pub allow_power_actions: bool,
+    /// The BIOS attribute `bios-applied` writes, and its value; `None`:
+    /// the first that reads `Enabled` or `Disabled`, flipped.
+    pub bios_attribute: Option<(String, String)>,
     /// Open up to this many concurrent sessions to find the limit.
     pub session_limit_probe: Option<u32>,
     /// How long to keep reading the power state after the BMC reports an

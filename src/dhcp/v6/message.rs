@@ -452,7 +452,7 @@ impl Msg {
         self.arch.first().copied()
     }
 
-    /// Whether the Vendor Class or a User Class says `iPXE`.
+    /// Whether a User Class (option 15) says `iPXE`, as iPXE sends it.
     pub fn is_ipxe(&self) -> bool {
         self.user_class.iter().any(|c| c == b"iPXE")
     }
