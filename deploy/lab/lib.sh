@@ -145,7 +145,7 @@ CONF
 # as the next virtio disk (serial: the volume's Id) to the VM's definition
 # and, when it runs, to the running VM. It attaches again what a
 # definition lost (sushy-tools rewrites it for every boot device change).
-# Log: RUN/raid.log.
+# It stops with sushy-tools (or after six hours). Log: RUN/raid.log.
 lab_raid_up() {
   local ns=$1 run=$2 port=$3; shift 3
   mkdir -p "$run/pool" "$run/raid"
@@ -155,7 +155,9 @@ lab_raid_up() {
   lab_virsh "$run" pool-create-as metalherd-lab dir --target "$run/pool" >/dev/null
   (
     set +eu +o pipefail
-    while :; do
+    # Bounded: it ends with the emulator it reads, and after six hours.
+    for _ in $(seq 1 21600); do
+      kill -0 "$(cat "$run/sushy.pid" 2>/dev/null)" 2>/dev/null || exit 0
       for pair in "$@"; do lab_raid_pass "$ns" "$run" "$port" "${pair%%=*}" "${pair#*=}"; done
       sleep 1
     done
