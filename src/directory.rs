@@ -48,6 +48,9 @@ pub struct MachineEntry {
     pub domain: Option<String>,
     pub phase: MachinePhase,
     pub intent: BootIntent,
+    /// The firmware enforces Secure Boot (`spec.secureBoot`, else what the
+    /// BMC reported): its network boot starts with a signed loader.
+    pub secure_boot: bool,
 }
 
 impl MachineEntry {
@@ -89,6 +92,13 @@ impl MachineEntry {
             domain: net.domain.clone(),
             phase,
             intent,
+            secure_boot: m.spec.secure_boot.unwrap_or_else(|| {
+                status
+                    .inventory
+                    .as_ref()
+                    .and_then(|i| i.secure_boot)
+                    .unwrap_or(false)
+            }),
         })
     }
 }

@@ -96,6 +96,13 @@ pub struct MachineSpec {
     /// Firmware boot mode used for network boot overrides.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub boot_mode: Option<BootMode>,
+    /// Whether the server's firmware enforces Secure Boot. A Secure Boot
+    /// server is handed the boot DHCP's `secureBootFiles` (the signed shim,
+    /// then signed GRUB and a signed kernel) instead of iPXE. Absent: as the
+    /// BMC reports it (`status.inventory.secureBoot`, from Redfish's
+    /// SecureBoot resource), off when it reports nothing.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub secure_boot: Option<bool>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub network: Option<MachineNetwork>,
     /// The MachineClass this server should run; absent means "keep it
@@ -470,6 +477,10 @@ pub struct Inventory {
     pub nics: Vec<NicInfo>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub disks: Vec<DiskInfo>,
+    /// Whether the firmware enforces Secure Boot (Redfish `SecureBoot`:
+    /// `SecureBootEnable`); absent when the BMC does not say.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub secure_boot: Option<bool>,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]

@@ -68,31 +68,39 @@ pub(super) async fn start(
         });
     }
 
+    let boot_settings = match config.boot.clone() {
+        Some(wire) => {
+            // Tokens outlive the install deadline the controller runs with.
+            let deadline = config
+                .controller
+                .as_ref()
+                .map(|c| std::time::Duration::from_secs(c.install_deadline_seconds))
+                .unwrap_or(crate::api::boot::BootDeadlines::default().install);
+            Some(
+                wire.settings_for(data_dir, deadline)
+                    .context("config boot")?,
+            )
+        }
+        None => None,
+    };
+
     if let Some(wire) = config.tftp.clone() {
         let metrics = crate::tftp::TftpMetrics::default();
         registry.with_registry(|r| metrics.register(r));
         let settings = crate::tftp::TftpSettings::try_from(&wire).context("config tftp")?;
-        let source = crate::files::DirSource::new(&settings.root)
+        let dir = crate::files::DirSource::new(&settings.root)
             .with_context(|| format!("config tftp.root {}", settings.root.display()))?;
+        let source = grub_entry_over(Arc::new(dir), boot_settings.as_ref());
         let bound = crate::tftp::bind(&settings)?;
         let events = Arc::new(crate::tftp::BootTimeline {
             directory: directory.clone(),
             recorder: recorder.clone(),
         });
-        tasks.spawn(bound.serve(Arc::new(source), events, metrics, cancel.clone()));
+        tasks.spawn(bound.serve(source, events, metrics, cancel.clone()));
     }
 
     let mut firmware = None;
-    if let Some(wire) = config.boot.clone() {
-        // Tokens outlive the install deadline the controller runs with.
-        let deadline = config
-            .controller
-            .as_ref()
-            .map(|c| std::time::Duration::from_secs(c.install_deadline_seconds))
-            .unwrap_or(crate::api::boot::BootDeadlines::default().install);
-        let settings = wire
-            .settings_for(data_dir, deadline)
-            .context("config boot")?;
+    if let Some(settings) = boot_settings {
         let metrics = crate::http::boot::BootMetrics::default();
         registry.with_registry(|r| metrics.register_into(r));
         let ra = settings.router_advertisement.clone();
@@ -128,3 +136,33 @@ pub(super) async fn start(
         firmware,
     })
 }
+
+/// The TFTP root, with the signed network GRUB's first configuration
+/// (`grub/grub.cfg`: ask boot HTTP for this machine's) generated over it
+/// when boot HTTP runs here and speaks plain HTTP (GRUB has no TLS). A
+/// `grub/grub.cfg` in the root itself is not served: the generated one
+/// names this server.
+fn grub_entry_over(
+    dir: Arc<dyn crate::files::FileSource>,
+    boot: Option<&crate::http::boot::config::BootSettings>,
+) -> Arc<dyn crate::files::FileSource> {
+    let Some(boot) = boot else {
+        return dir;
+    };
+    let cfg = match crate::http::boot::grub::render_entry(&boot.base_url, boot.wait_seconds) {
+        Ok(c) => c,
+        Err(e) => {
+            tracing::info!(error = %e, "no GRUB configuration over TFTP: Secure Boot machines cannot network-boot");
+            return dir;
+        }
+    };
+    let mem = crate::files::MemorySource::new();
+    mem.insert(GRUB_ENTRY, cfg);
+    Arc::new(crate::files::Overlay {
+        upper: Arc::new(mem),
+        lower: dir,
+    })
+}
+
+/// Where the signed network GRUB (prefix `/grub`) reads its configuration.
+pub const GRUB_ENTRY: &str = "grub/grub.cfg";

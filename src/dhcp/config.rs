@@ -73,6 +73,12 @@ pub struct DhcpConfig {
     /// Boot file by option-93 architecture code; merged over the defaults.
     #[serde(default)]
     pub boot_files: BTreeMap<u16, String>,
+    /// Boot file for a Machine whose firmware enforces Secure Boot, by
+    /// option-93 architecture code; merged over the defaults (the
+    /// Microsoft-signed shim, `shimx64.efi`, for x86-64 UEFI and its HTTP
+    /// boot). A site that signs its own iPXE names it here.
+    #[serde(default)]
+    pub secure_boot_files: BTreeMap<u16, String>,
     #[serde(default)]
     pub discovery: DiscoveryConfig,
     #[serde(default)]
@@ -228,6 +234,41 @@ pub mod arch {
 /// it was built for (x86 BIOS and x86-64 UEFI). 32-bit UEFI (6, 15) and
 /// arm64 (11, 19) get nothing rather than an x86-64 binary they cannot
 /// run: a site with such machines adds its own build under `bootFiles`.
+/// The boot file a Secure Boot machine gets by default: the shim signed by
+/// Microsoft's UEFI CA, which firmware trusts out of the box; it loads
+/// `grubx64.efi` (signed GRUB) from the same place.
+pub fn default_secure_boot_files() -> BTreeMap<u16, String> {
+    use arch::*;
+    [
+        (EFI_BC, "shimx64.efi"),
+        (EFI_X86_64, "shimx64.efi"),
+        (HTTP_X86_64, "shimx64.efi"),
+    ]
+    .into_iter()
+    .map(|(a, f)| (a, f.to_string()))
+    .collect()
+}
+
+/// `extra` over `defaults`, each name checked (`field` names the key in
+/// errors).
+fn merge_files(
+    field: &str,
+    mut files: BTreeMap<u16, String>,
+    extra: BTreeMap<u16, String>,
+) -> Result<BTreeMap<u16, String>, ConfigError> {
+    for (a, f) in extra {
+        if f.is_empty() || f.len() > 127 || f.chars().any(|c| c.is_whitespace() || c.is_control())
+        {
+            return Err(err(
+                format!("{field}.{a}"),
+                "must be 1..127 bytes without whitespace",
+            ));
+        }
+        files.insert(a, f);
+    }
+    Ok(files)
+}
+
 pub fn default_boot_files() -> BTreeMap<u16, String> {
     use arch::*;
     [
@@ -296,6 +337,7 @@ pub struct DhcpSettings {
     pub http_boot_url: Option<String>,
     pub ipxe_script_url: Option<String>,
     pub boot_files: BTreeMap<u16, String>,
+    pub secure_boot_files: BTreeMap<u16, String>,
     pub discovery: bool,
     pub discovery_lease_time: u32,
     pub record_discovered: bool,
@@ -453,19 +495,12 @@ impl TryFrom<DhcpConfig> for DhcpSettings {
                 &u.replace("{mac}", "m").replace("{arch}", "0"),
             )?;
         }
-        let mut boot_files = default_boot_files();
-        for (a, f) in c.boot_files {
-            if f.is_empty()
-                || f.len() > 127
-                || f.chars().any(|c| c.is_whitespace() || c.is_control())
-            {
-                return Err(err(
-                    format!("bootFiles.{a}"),
-                    "must be 1..127 bytes without whitespace",
-                ));
-            }
-            boot_files.insert(a, f);
-        }
+        let boot_files = merge_files("bootFiles", default_boot_files(), c.boot_files)?;
+        let secure_boot_files = merge_files(
+            "secureBootFiles",
+            default_secure_boot_files(),
+            c.secure_boot_files,
+        )?;
         let subnets = c
             .subnets
             .iter()
@@ -539,6 +574,7 @@ impl TryFrom<DhcpConfig> for DhcpSettings {
             http_boot_url: c.http_boot_url.map(|u| u.trim_end_matches('/').to_string()),
             ipxe_script_url: c.ipxe_script_url,
             boot_files,
+            secure_boot_files,
             discovery: c.discovery.enabled,
             discovery_lease_time: check_lease_time(
                 "discovery.leaseTime",

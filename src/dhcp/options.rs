@@ -68,13 +68,22 @@ pub fn ipxe_url(cfg: &DhcpSettings, mac: &str, arch: u16) -> Option<String> {
 }
 
 /// Decide the boot information for a client; `Ok(None)` for plain clients.
+/// `secure`: the client is a Machine whose firmware enforces Secure Boot;
+/// its firmware gets the signed loader of `secureBootFiles` (iPXE, if a
+/// site's signed build runs, still gets its script URL).
 pub fn boot_info(
     req: &Request,
     cfg: &DhcpSettings,
     server_ip: Ipv4Addr,
+    secure: bool,
 ) -> Result<Option<BootInfo>, DropReason> {
     let arch = req.arch().unwrap_or(super::config::arch::X86_BIOS);
     let next = cfg.next_server.unwrap_or(server_ip);
+    let files = if secure {
+        &cfg.secure_boot_files
+    } else {
+        &cfg.boot_files
+    };
     Ok(Some(match ClientKind::of(req) {
         ClientKind::Plain => return Ok(None),
         ClientKind::Ipxe => BootInfo {
@@ -83,7 +92,7 @@ pub fn boot_info(
             vendor_class: None,
         },
         ClientKind::HttpBoot => {
-            let f = cfg.boot_files.get(&arch).ok_or(DropReason::NoBootFile)?;
+            let f = files.get(&arch).ok_or(DropReason::NoBootFile)?;
             let file = if f.starts_with("http://") || f.starts_with("https://") {
                 f.clone()
             } else {
@@ -98,8 +107,7 @@ pub fn boot_info(
             }
         }
         ClientKind::Pxe => BootInfo {
-            file: cfg
-                .boot_files
+            file: files
                 .get(&arch)
                 .ok_or(DropReason::NoBootFile)?
                 .clone(),
@@ -214,7 +222,7 @@ mod tests {
         ))
         .unwrap();
         assert_eq!(
-            boot_info(&bios, &s, ip).unwrap().unwrap().file,
+            boot_info(&bios, &s, ip, false).unwrap().unwrap().file,
             "undionly.kpxe"
         );
         let efi = Request::parse(&raw_request(
@@ -222,20 +230,20 @@ mod tests {
             &[(53, &[1]), (60, b"PXEClient:Arch:00007"), (93, &[0, 7])],
         ))
         .unwrap();
-        assert_eq!(boot_info(&efi, &s, ip).unwrap().unwrap().file, "ipxe.efi");
+        assert_eq!(boot_info(&efi, &s, ip, false).unwrap().unwrap().file, "ipxe.efi");
         let arm = Request::parse(&raw_request(
             mac,
             &[(53, &[1]), (60, b"PXEClient"), (93, &[0, 11])],
         ))
         .unwrap();
         // boot-assets/ holds no arm64 binary: nothing rather than x86-64.
-        assert_eq!(boot_info(&arm, &s, ip), Err(DropReason::NoBootFile));
+        assert_eq!(boot_info(&arm, &s, ip, false), Err(DropReason::NoBootFile));
         let http = Request::parse(&raw_request(
             mac,
             &[(53, &[1]), (60, b"HTTPClient:Arch:00016"), (93, &[0, 16])],
         ))
         .unwrap();
-        let b = boot_info(&http, &s, ip).unwrap().unwrap();
+        let b = boot_info(&http, &s, ip, false).unwrap().unwrap();
         assert_eq!(b.file, "http://10.0.0.1:8080/assets/ipxe.efi");
         assert_eq!(b.vendor_class, Some("HTTPClient"));
         let ipxe = Request::parse(&raw_request(
@@ -244,10 +252,64 @@ mod tests {
         ))
         .unwrap();
         assert_eq!(
-            boot_info(&ipxe, &s, ip).unwrap().unwrap().file,
+            boot_info(&ipxe, &s, ip, false).unwrap().unwrap().file,
             "http://10.0.0.1:8080/boot.ipxe?mac=02:00:00:00:00:01&arch=7"
         );
         let plain = Request::parse(&raw_request(mac, &[(53, &[1])])).unwrap();
-        assert_eq!(boot_info(&plain, &s, ip).unwrap(), None);
+        assert_eq!(boot_info(&plain, &s, ip, false).unwrap(), None);
+    }
+
+    #[test]
+    fn secure_boot_machines_get_the_signed_loader() {
+        let s = settings();
+        let ip = Ipv4Addr::new(10, 0, 0, 1);
+        let mac = [2, 0, 0, 0, 0, 1];
+        let efi = Request::parse(&raw_request(
+            mac,
+            &[(53, &[1]), (60, b"PXEClient:Arch:00007"), (93, &[0, 7])],
+        ))
+        .unwrap();
+        assert_eq!(boot_info(&efi, &s, ip, true).unwrap().unwrap().file, "shimx64.efi");
+        let http = Request::parse(&raw_request(
+            mac,
+            &[(53, &[1]), (60, b"HTTPClient:Arch:00016"), (93, &[0, 16])],
+        ))
+        .unwrap();
+        assert_eq!(
+            boot_info(&http, &s, ip, true).unwrap().unwrap().file,
+            "http://10.0.0.1:8080/assets/shimx64.efi"
+        );
+        // No signed loader for legacy BIOS (there is no Secure Boot there).
+        let bios = Request::parse(&raw_request(
+            mac,
+            &[(53, &[1]), (60, b"PXEClient:Arch:00000"), (93, &[0, 0])],
+        ))
+        .unwrap();
+        assert_eq!(boot_info(&bios, &s, ip, true), Err(DropReason::NoBootFile));
+        // A signed iPXE runs as iPXE: it still gets its script URL.
+        let ipxe = Request::parse(&raw_request(
+            mac,
+            &[(53, &[1]), (60, b"PXEClient"), (77, b"iPXE"), (93, &[0, 7])],
+        ))
+        .unwrap();
+        assert!(
+            boot_info(&ipxe, &s, ip, true)
+                .unwrap()
+                .unwrap()
+                .file
+                .contains("/boot.ipxe?")
+        );
+        // A site's own signed loader replaces the default.
+        let c: super::super::config::DhcpConfig = serde_yaml::from_str(
+            "interface: eth0\nmode: proxy\nhttpBootUrl: http://10.0.0.1:8080\n\
+             secureBootFiles: {7: ipxe-signed.efi}\n",
+        )
+        .unwrap();
+        let site = DhcpSettings::try_from(c).unwrap();
+        assert_eq!(
+            boot_info(&efi, &site, ip, true).unwrap().unwrap().file,
+            "ipxe-signed.efi"
+        );
+        assert_eq!(boot_info(&efi, &site, ip, false).unwrap().unwrap().file, "ipxe.efi");
     }
 }

@@ -138,6 +138,13 @@ struct Ctx<'a> {
     now: u64,
 }
 
+impl Ctx<'_> {
+    /// The client is a Machine whose firmware enforces Secure Boot.
+    fn secure_boot(&self) -> bool {
+        self.machine.as_ref().is_some_and(|m| m.secure_boot)
+    }
+}
+
 /// The lease owner of a request: a known Machine by its hardware address
 /// (its identity, like a host reservation, so firmware, iPXE, installer and
 /// OS share one address whatever client identifier each sends); anyone else
@@ -220,7 +227,8 @@ impl Policy {
         out.request_type = Some(req.msg_type);
         if let Some(m) = &ctx.machine
             && matches!(req.msg_type, MessageType::Discover | MessageType::Request)
-            && options::boot_info(&req, &self.cfg, self.server_ip) == Err(DropReason::NoBootFile)
+            && options::boot_info(&req, &self.cfg, self.server_ip, m.secure_boot)
+                == Err(DropReason::NoBootFile)
         {
             out.warning = Some(no_boot_file(m, &req));
         }
@@ -244,13 +252,18 @@ fn no_boot_file(m: &MachineEntry, req: &Request) -> Warning {
         Some(a) => format!("{a} ({})", super::config::arch::name(a)),
         None => "unknown".to_string(),
     };
+    let why = if m.secure_boot {
+        "its firmware enforces Secure Boot and there is no signed loader for that \
+         architecture; add one under dhcp.secureBootFiles"
+    } else {
+        "there is none for that architecture; add a binary built for it under dhcp.bootFiles"
+    };
     Warning {
         namespace: m.namespace.clone(),
         name: m.name.clone(),
         reason: "NoBootFile",
         message: format!(
-            "firmware of client architecture {arch} asked to network-boot and got no boot file: \
-             there is none for that architecture; add a binary built for it under dhcp.bootFiles"
+            "firmware of client architecture {arch} asked to network-boot and got no boot file: {why}"
         ),
     }
 }
@@ -452,7 +465,7 @@ fn address_reply(c: &Ctx, t: MessageType, ip: Option<Ipv4Addr>, subnet: &Subnet)
     if let Some(h) = entry.and_then(|e| e.hostname.clone()) {
         o.insert(DhcpOption::Hostname(h));
     }
-    if let Ok(Some(b)) = options::boot_info(c.req, &c.p.cfg, c.p.server_ip) {
+    if let Ok(Some(b)) = options::boot_info(c.req, &c.p.cfg, c.p.server_ip, c.secure_boot()) {
         options::add_boot(&mut m, c.req, &b);
     }
     // This server hands out the address and the script: no ProxyDHCP offer

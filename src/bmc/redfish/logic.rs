@@ -357,6 +357,7 @@ pub fn system_inventory(s: &ComputerSystem) -> Inventory {
         memory_mib,
         nics: Vec::new(),
         disks: Vec::new(),
+        secure_boot: None,
     }
 }
 

@@ -390,6 +390,16 @@ impl RedfishBmc {
                 }
             }
         }
+        // A BMC without the resource (or one that fails it) leaves the
+        // state unknown: the Machine's spec decides then.
+        if let Some(link) = &sys.secure_boot
+            && let Some(sb) = self
+                .t
+                .get_optional::<model::SecureBoot>(&link.odata_id)
+                .await
+        {
+            inv.secure_boot = sb.secure_boot_enable;
+        }
         Ok(inv)
     }
 

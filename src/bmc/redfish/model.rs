@@ -60,10 +60,18 @@ pub struct ComputerSystem {
     pub simple_storage: Option<Link>,
     pub storage: Option<Link>,
     pub bios: Option<Link>,
+    pub secure_boot: Option<Link>,
     pub actions: SystemActions,
     #[serde(rename = "@Redfish.Settings")]
     pub settings: Option<Settings>,
     pub oem: serde_json::Map<String, serde_json::Value>,
+}
+
+/// A System's `SecureBoot` resource (the parts metalherd reads).
+#[derive(Clone, Debug, Default, Deserialize, PartialEq, Eq)]
+#[serde(default, rename_all = "PascalCase")]
+pub struct SecureBoot {
+    pub secure_boot_enable: Option<bool>,
 }
 
 /// The boot override, as read and as patched.

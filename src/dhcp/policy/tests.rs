@@ -61,6 +61,7 @@ fn fake() -> Fake {
                 boot_id: "b1".into(),
                 purpose: BootPurpose::Install,
             },
+            secure_boot: false,
         }),
     );
     f

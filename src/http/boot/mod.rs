@@ -15,6 +15,7 @@ pub mod metrics;
 pub mod once;
 pub mod range;
 pub mod renderer;
+pub mod grub;
 pub mod script;
 pub mod script_handler;
 pub mod send_file;
@@ -441,6 +442,7 @@ impl Params {
 pub fn router(state: Arc<BootState>) -> Router {
     Router::new()
         .route("/boot.ipxe", get(script_handler::handler))
+        .route("/boot.grub", get(script_handler::grub_handler))
         .route("/assets/{*path}", get(assets::asset))
         .route("/images/{sha256}/{name}", get(assets::image))
         .route("/ignition", get(ignition::handler))

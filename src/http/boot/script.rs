@@ -83,7 +83,7 @@ pub fn is_word(s: &str) -> bool {
 
 /// A machine name as shown in a script (names are DNS subdomains; anything
 /// else is shown as `machine`).
-fn shown_name(name: &str) -> &str {
+pub(super) fn shown_name(name: &str) -> &str {
     if is_dns_subdomain(name) {
         name
     } else {
@@ -129,9 +129,12 @@ pub enum ScriptError {
     },
     #[error("rendering the script: {0}")]
     Render(#[from] askama::Error),
+    /// Network GRUB speaks plain HTTP only.
+    #[error("{field} must be an http:// URL for GRUB (it has no TLS): {url}")]
+    GrubNeedsHttp { field: &'static str, url: String },
 }
 
-fn unsafe_value(field: &'static str) -> impl FnOnce(UnsafeValue) -> ScriptError {
+pub(super) fn unsafe_value(field: &'static str) -> impl FnOnce(UnsafeValue) -> ScriptError {
     move |reason| ScriptError::Unsafe { field, reason }
 }
 
@@ -185,6 +188,24 @@ struct InstallTemplate<'a> {
 }
 
 pub fn render_install(p: &InstallParams<'_>) -> Result<String, ScriptError> {
+    check_install(p)?;
+    Ok(InstallTemplate {
+        machine: shown_name(p.machine),
+        boot_id: p.boot_id,
+        purpose: p.purpose,
+        os: p.os,
+        version: p.version,
+        kernel_url: p.kernel_url,
+        initrd_url: p.initrd_url,
+        kernel_args: p.kernel_args.join(" "),
+        retry_url: p.retry_url,
+        wait_seconds: p.wait_seconds,
+    }
+    .render()?)
+}
+
+/// Every value of an install boot checked, for any loader's script.
+pub(super) fn check_install(p: &InstallParams<'_>) -> Result<(), ScriptError> {
     check_url(p.kernel_url).map_err(unsafe_value("kernel URL"))?;
     check_url(p.initrd_url).map_err(unsafe_value("initrd URL"))?;
     check_url(p.retry_url).map_err(unsafe_value("retry URL"))?;
@@ -199,19 +220,7 @@ pub fn render_install(p: &InstallParams<'_>) -> Result<String, ScriptError> {
     ] {
         check_kernel_arg(v).map_err(unsafe_value(field))?;
     }
-    Ok(InstallTemplate {
-        machine: shown_name(p.machine),
-        boot_id: p.boot_id,
-        purpose: p.purpose,
-        os: p.os,
-        version: p.version,
-        kernel_url: p.kernel_url,
-        initrd_url: p.initrd_url,
-        kernel_args: p.kernel_args.join(" "),
-        retry_url: p.retry_url,
-        wait_seconds: p.wait_seconds,
-    }
-    .render()?)
+    Ok(())
 }
 
 #[derive(Template)]
@@ -240,6 +249,19 @@ pub enum WaitReason {
     Idle,
 }
 
+impl WaitReason {
+    /// The reason word and the sentence a wait script shows.
+    pub(super) fn words(self) -> (&'static str, &'static str) {
+        match self {
+            WaitReason::Unknown => (
+                "discovery",
+                "this machine is not known to metalherd, it was recorded for adoption",
+            ),
+            WaitReason::Idle => ("idle", "no boot is scheduled for this machine"),
+        }
+    }
+}
+
 #[derive(Template)]
 #[template(path = "ipxe/wait.ipxe", escape = "none")]
 struct WaitTemplate<'a> {
@@ -255,13 +277,7 @@ pub fn render_wait(
     why: WaitReason,
     wait_seconds: u32,
 ) -> Result<String, ScriptError> {
-    let (reason, message) = match why {
-        WaitReason::Unknown => (
-            "discovery",
-            "this machine is not known to metalherd, it was recorded for adoption",
-        ),
-        WaitReason::Idle => ("idle", "no boot is scheduled for this machine"),
-    };
+    let (reason, message) = why.words();
     Ok(WaitTemplate {
         reason,
         mac: &crate::api::MacAddr(*mac).to_string(),

@@ -17,18 +17,48 @@ use tracing::Instrument;
 
 use super::access;
 use super::metrics::{Endpoint, ErrorReason};
+use super::grub;
 use super::script::{self, InstallParams, Platform, WaitReason, is_word};
 use super::{BootState, Params, reply};
 use crate::api::{BootPurpose, BootStep, DiscoveredMachine, MacAddr, Machine};
 use crate::directory::{BootIntent, MachineEntry};
 use crate::store::TypedStore;
 
+/// The loader a script is for: iPXE (`/boot.ipxe`) or the signed GRUB of a
+/// Secure Boot machine (`/boot.grub`). The same choice (install, local
+/// disk, wait), the same checks and the same boot step, in its language.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Loader {
+    Ipxe,
+    Grub,
+}
+
+impl Loader {
+    fn path(self) -> &'static str {
+        match self {
+            Loader::Ipxe => "boot.ipxe",
+            Loader::Grub => "boot.grub",
+        }
+    }
+}
+
 pub async fn handler(
     State(st): State<Arc<BootState>>,
     ConnectInfo(peer): ConnectInfo<SocketAddr>,
     RawQuery(q): RawQuery,
 ) -> Response {
-    let r = serve(&st, peer, q.as_deref().unwrap_or_default()).await;
+    let r = serve(&st, peer, q.as_deref().unwrap_or_default(), Loader::Ipxe).await;
+    st.metrics.request(Endpoint::script, r.status());
+    r
+}
+
+/// `GET /boot.grub?mac=..`: a Secure Boot machine's GRUB configuration.
+pub async fn grub_handler(
+    State(st): State<Arc<BootState>>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    RawQuery(q): RawQuery,
+) -> Response {
+    let r = serve(&st, peer, q.as_deref().unwrap_or_default(), Loader::Grub).await;
     st.metrics.request(Endpoint::script, r.status());
     r
 }
@@ -45,10 +75,10 @@ fn ipxe(body: String) -> Response {
         .into_response()
 }
 
-async fn serve(st: &BootState, peer: SocketAddr, q: &str) -> Response {
+async fn serve(st: &BootState, peer: SocketAddr, q: &str, loader: Loader) -> Response {
     let p = Params::parse(q);
     let wait = st.settings.wait_seconds;
-    if p.get("mac").is_none() {
+    if p.get("mac").is_none() && loader == Loader::Ipxe {
         return match script::render_chain(&st.settings.base_url, wait) {
             Ok(s) => ipxe(s),
             Err(e) => render_failed(st, e),
@@ -66,9 +96,9 @@ async fn serve(st: &BootState, peer: SocketAddr, q: &str) -> Response {
         }
     }
     let platform = Platform::from_query(plat, arch);
-    let span =
-        tracing::info_span!("boot_script", mac = %MacAddr(mac).hyphenated(), peer = %peer.ip());
-    serve_mac(st, peer, mac, arch, plat, platform)
+    let span = tracing::info_span!("boot_script", mac = %MacAddr(mac).hyphenated(),
+        peer = %peer.ip(), loader = loader.path());
+    serve_mac(st, peer, mac, arch, plat, platform, loader)
         .instrument(span)
         .await
 }
@@ -82,12 +112,17 @@ async fn serve_mac(
     arch: Option<&str>,
     plat: Option<&str>,
     platform: Platform,
+    loader: Loader,
 ) -> Response {
     let wait = st.settings.wait_seconds;
+    let render_wait = |why| match loader {
+        Loader::Ipxe => script::render_wait(&mac, why, wait),
+        Loader::Grub => grub::render_wait(&mac, why, wait),
+    };
     let Some(entry) = st.directory.by_mac(&mac) else {
         discovered(st, &mac, peer).await;
         tracing::info!("unknown machine: discovery script");
-        return match script::render_wait(&mac, WaitReason::Unknown, wait) {
+        return match render_wait(WaitReason::Unknown) {
             Ok(s) => ipxe(s),
             Err(e) => render_failed(st, e),
         };
@@ -113,13 +148,20 @@ async fn serve_mac(
             } else {
                 "install"
             };
-            match install(st, &m, &mac, boot_id, *purpose, arch, plat).await {
+            let at = Query { arch, plat };
+            match install(st, &m, &mac, boot_id, *purpose, at, loader).await {
                 Ok(rendered) => (kind, rendered),
                 Err(r) => return r,
             }
         }
-        BootIntent::LocalDisk => ("localDisk", script::render_local(&entry.name, platform)),
-        BootIntent::Idle => ("idle", script::render_wait(&mac, WaitReason::Idle, wait)),
+        BootIntent::LocalDisk => (
+            "localDisk",
+            match loader {
+                Loader::Ipxe => script::render_local(&entry.name, platform),
+                Loader::Grub => grub::render_local(&entry.name),
+            },
+        ),
+        BootIntent::Idle => ("idle", render_wait(WaitReason::Idle)),
     };
     let s = match rendered {
         Ok(s) => s,
@@ -132,15 +174,19 @@ async fn serve_mac(
         BootIntent::Install { boot_id, .. } => Some(boot_id.as_str()),
         _ => None,
     };
+    let detail = match loader {
+        Loader::Ipxe => kind.to_string(),
+        Loader::Grub => format!("{kind} (grub)"),
+    };
     st.record(
         &entry,
         BootStep::Script,
-        kind,
+        &detail,
         Some(s.len() as u64),
         boot_id,
     );
     st.metrics.transfer(Endpoint::script, s.len() as u64, true);
-    tracing::info!(script = kind, "iPXE script served");
+    tracing::info!(script = kind, "boot script served");
     ipxe(s)
 }
 
@@ -153,14 +199,20 @@ fn render_failed(st: &BootState, e: script::ScriptError) -> Response {
     )
 }
 
+/// The firmware values of a script request, carried into its retry URL.
+struct Query<'a> {
+    arch: Option<&'a str>,
+    plat: Option<&'a str>,
+}
+
 async fn install(
     st: &BootState,
     m: &Machine,
     mac: &[u8; 6],
     boot_id: &str,
     purpose: BootPurpose,
-    arch: Option<&str>,
-    plat: Option<&str>,
+    at: Query<'_>,
+    loader: Loader,
 ) -> Result<Result<String, script::ScriptError>, Response> {
     let class = st.class_of(m).await?;
     let image = m
@@ -216,14 +268,18 @@ async fn install(
         // home at the same URL with `/ignition?` -> `/callhome/{what}?`.
         format!("metalherd.ignition={ignition_url}"),
     ]);
-    let mut retry = format!("{base}/boot.ipxe?mac={mh}");
-    for (k, v) in [("arch", arch), ("platform", plat)] {
+    let mut retry = format!("{base}/{}?mac={mh}", loader.path());
+    for (k, v) in [("arch", at.arch), ("platform", at.plat)] {
         if let Some(v) = v {
             retry.push_str(&format!("&{k}={v}"));
         }
     }
     let name = m.metadata.name.as_deref().unwrap_or_default();
-    Ok(script::render_install(&InstallParams {
+    let render = match loader {
+        Loader::Ipxe => script::render_install,
+        Loader::Grub => grub::render_install,
+    };
+    Ok(render(&InstallParams {
         machine: name,
         boot_id,
         purpose: purpose.as_str(),
