@@ -58,7 +58,7 @@ CONF
 
 lab_virsh() { local run=$1; shift; virsh -c "qemu:///system?socket=$run/libvirt/libvirt-sock" "$@"; }
 
-# lab_define_vm RUN NAME MAC DISK BRIDGE [uefi|bios]
+# lab_define_vm RUN NAME MAC DISK BRIDGE [uefi|bios|secboot|snakeoil]
 # LAB_VM_MEMORY (MiB, default 512) and LAB_VM_CPUS (default 1) size the VM;
 # LAB_VM_DISK_BUS=virtio or sata (default ide) attaches DISK as a virtio or
 # SATA disk with serial LAB_VM_DISK_SERIAL (default NAME-disk0); LAB_VM_DISK2=FILE adds a
@@ -81,20 +81,32 @@ lab_define_vm() {
   if [ -n "${LAB_VM_DISK2:-}" ]; then
     disks="$disks<disk type='file' device='disk'><driver name='qemu' type='raw' cache='unsafe'/><source file='$LAB_VM_DISK2'/><target dev='vdb' bus='virtio'/><serial>${LAB_VM_DISK2_SERIAL:-$name-disk1}</serial></disk>"
   fi
+  local machine=pc features="<acpi/>"
   if [ "$fw" = uefi ]; then
     # OVMF's own virtio-net driver and PXE client (no iPXE option ROM), so
     # the firmware fetches iPXE over TFTP as real UEFI servers do.
     nic="<model type='virtio'/><rom enabled='no'/>"
     cp /usr/share/OVMF/OVMF_VARS_4M.fd "$run/$name.vars.fd"
     loader="<loader readonly='yes' type='pflash'>/usr/share/OVMF/OVMF_CODE_4M.fd</loader><nvram>$run/$name.vars.fd</nvram>"
+  elif [ "$fw" = secboot ] || [ "$fw" = snakeoil ]; then
+    # Secure Boot enforced (OVMF's SMM build, q35): `secboot` trusts
+    # Microsoft's keys (as servers ship), `snakeoil` only OVMF's test key
+    # (a site's own key). The VARS template is what sushy-tools reads the
+    # Secure Boot state from (SUSHY_EMULATOR_SECURE_BOOT_ENABLED_NVRAM).
+    local vars=/usr/share/OVMF/OVMF_VARS_4M.ms.fd code=/usr/share/OVMF/OVMF_CODE_4M.secboot.fd
+    [ "$fw" = snakeoil ] && vars=/usr/share/OVMF/OVMF_VARS_4M.snakeoil.fd code=/usr/share/OVMF/OVMF_CODE_4M.snakeoil.fd
+    nic="<model type='virtio'/><rom enabled='no'/>"
+    machine=q35 features="<acpi/><smm state='on'/>"
+    cp "$vars" "$run/$name.vars.fd"
+    loader="<loader readonly='yes' secure='yes' type='pflash'>$code</loader><nvram template='$vars'>$run/$name.vars.fd</nvram>"
   fi
   cat > "$run/$name.xml" <<XML
 <domain type='qemu'>
   <name>$name</name>
   <memory unit='MiB'>$mem</memory>
   <vcpu>$cpus</vcpu>
-  <os><type arch='x86_64' machine='pc'>hvm</type>$loader<boot dev='hd'/></os>
-  <features><acpi/></features>
+  <os><type arch='x86_64' machine='$machine'>hvm</type>$loader<boot dev='hd'/></os>
+  <features>$features</features>
   <on_reboot>${LAB_VM_ON_REBOOT:-restart}</on_reboot>
   <devices>
     <emulator>/usr/bin/qemu-system-x86_64</emulator>

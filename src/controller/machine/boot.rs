@@ -222,6 +222,7 @@ impl Planner<'_> {
         }
         let since = self.progress().powered_at.unwrap_or(b.minted_at);
         let spent = elapsed(since, self.now);
+        self.check_loader(b);
         if spent >= limits.deadlines.install {
             let msg = format!(
                 "no call-home within {}; {}",

@@ -108,6 +108,8 @@ struct Work {
     /// Steps noted in the boot history since the last write: each becomes
     /// an event once written.
     notes: Vec<(crate::api::BootStep, String)>,
+    /// Warning events to tell after the write (reason, message).
+    warnings: Vec<(String, String)>,
 }
 
 /// How many plans may follow the first in one reconcile (see
@@ -159,6 +161,7 @@ impl Executor<'_> {
             written_phase: phase,
             passed: Vec::new(),
             notes: Vec::new(),
+            warnings: Vec::new(),
         };
         let mut plan = first;
         let mut result = Ok(Outcome::Done(plan.requeue_after()));
@@ -248,6 +251,9 @@ impl Executor<'_> {
             if let Step::Note { step, detail } = step {
                 w.notes.push((step.clone(), detail.clone()));
             }
+            if let Step::Warn { reason, message } = step {
+                w.warnings.push((reason.clone(), message.clone()));
+            }
             if let (Step::SetPhase(_), Some(p)) = (step, st.phase)
                 && Some(p) != w.written_phase
             {
@@ -288,6 +294,10 @@ impl Executor<'_> {
         }
         for (step, detail) in std::mem::take(&mut w.notes) {
             self.event(&w.m, EventType::Normal, step.as_str(), &detail)
+                .await;
+        }
+        for (reason, message) in std::mem::take(&mut w.warnings) {
+            self.event(&w.m, EventType::Warning, &reason, &message)
                 .await;
         }
         Ok(())

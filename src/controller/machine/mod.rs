@@ -9,6 +9,7 @@ pub mod class_view;
 pub mod decide;
 pub mod execute;
 mod firmware;
+mod loader;
 pub mod hw_labels;
 pub mod plan;
 pub mod reconcile;

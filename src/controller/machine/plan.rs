@@ -226,6 +226,11 @@ pub enum Step {
         step: BootStep,
         detail: String,
     },
+    /// A Warning event, told after the status write (nothing is stored).
+    Warn {
+        reason: String,
+        message: String,
+    },
     // effects
     ReadInventory,
     /// Read the BIOS attributes into `status.bios`.
@@ -348,6 +353,7 @@ impl fmt::Display for Step {
             MarkProvisioned { revision, .. } => write!(f, "MarkProvisioned({revision})"),
             SetNodeRef(n) => write!(f, "SetNodeRef({n})"),
             Note { step, .. } => write!(f, "Note({step})"),
+            Warn { reason, .. } => write!(f, "Warn({reason})"),
             SetRemediation(r) => match r {
                 Some(r) => write!(
                     f,
