@@ -84,22 +84,8 @@ pub(super) async fn start(
         None => None,
     };
 
-    if let Some(wire) = config.tftp.clone() {
-        let metrics = crate::tftp::TftpMetrics::default();
-        registry.with_registry(|r| metrics.register(r));
-        let settings = crate::tftp::TftpSettings::try_from(&wire).context("config tftp")?;
-        let dir = crate::files::DirSource::new(&settings.root)
-            .with_context(|| format!("config tftp.root {}", settings.root.display()))?;
-        let source = grub_entry_over(Arc::new(dir), boot_settings.as_ref());
-        let bound = crate::tftp::bind(&settings)?;
-        let events = Arc::new(crate::tftp::BootTimeline {
-            directory: directory.clone(),
-            recorder: recorder.clone(),
-        });
-        tasks.spawn(bound.serve(source, events, metrics, cancel.clone()));
-    }
-
     let mut firmware = None;
+    let mut boot_state = None;
     if let Some(settings) = boot_settings {
         let metrics = crate::http::boot::BootMetrics::default();
         registry.with_registry(|r| metrics.register_into(r));
@@ -111,58 +97,54 @@ pub(super) async fn start(
             base_url: settings.base_url.clone(),
         })
             as Arc<dyn crate::controller::machine::execute::FirmwareImages>);
-        crate::http::boot::start(
-            settings,
-            crate::http::boot::BootDeps {
-                store: store.clone(),
-                directory: directory.clone(),
-                recorder: recorder.clone(),
-                ignition: Arc::new(crate::http::boot::renderer::Renderer {
+        boot_state = Some(
+            crate::http::boot::start(
+                settings,
+                crate::http::boot::BootDeps {
                     store: store.clone(),
-                }),
-                leases: lease_view.map(|v| Arc::new(v) as Arc<dyn crate::http::boot::LeaseLookup>),
-                metrics,
-            },
-            tasks,
-            cancel.clone(),
-        )
-        .await?;
+                    directory: directory.clone(),
+                    recorder: recorder.clone(),
+                    ignition: Arc::new(crate::http::boot::renderer::Renderer {
+                        store: store.clone(),
+                    }),
+                    leases: lease_view
+                        .map(|v| Arc::new(v) as Arc<dyn crate::http::boot::LeaseLookup>),
+                    metrics,
+                },
+                tasks,
+                cancel.clone(),
+            )
+            .await?,
+        );
         if let Some(ra) = ra {
             tasks.spawn(crate::ra::run(ra, cancel.clone()));
         }
     }
+    if let Some(wire) = config.tftp.clone() {
+        let metrics = crate::tftp::TftpMetrics::default();
+        registry.with_registry(|r| metrics.register(r));
+        let settings = crate::tftp::TftpSettings::try_from(&wire).context("config tftp")?;
+        let dir = crate::files::DirSource::new(&settings.root)
+            .with_context(|| format!("config tftp.root {}", settings.root.display()))?;
+        // With boot HTTP here, a Secure Boot machine's GRUB gets its
+        // configuration and images over TFTP too.
+        let source: Arc<dyn crate::files::FileSource> = match &boot_state {
+            Some(st) => Arc::new(
+                crate::http::boot::tftp_boot::TftpBoot::new(st.clone(), Arc::new(dir))
+                    .context("config tftp")?,
+            ),
+            None => Arc::new(dir),
+        };
+        let bound = crate::tftp::bind(&settings)?;
+        let events = Arc::new(crate::tftp::BootTimeline {
+            directory: directory.clone(),
+            recorder: recorder.clone(),
+        });
+        tasks.spawn(bound.serve(source, events, metrics, cancel.clone()));
+    }
+
     Ok(Started {
         lease_releaser,
         firmware,
     })
 }
-
-/// The TFTP root, with the signed network GRUB's first configuration
-/// (`grub/grub.cfg`: ask boot HTTP for this machine's) generated over it
-/// when boot HTTP runs here and speaks plain HTTP (GRUB has no TLS). A
-/// `grub/grub.cfg` in the root itself is not served: the generated one
-/// names this server.
-fn grub_entry_over(
-    dir: Arc<dyn crate::files::FileSource>,
-    boot: Option<&crate::http::boot::config::BootSettings>,
-) -> Arc<dyn crate::files::FileSource> {
-    let Some(boot) = boot else {
-        return dir;
-    };
-    let cfg = match crate::http::boot::grub::render_entry(&boot.base_url, boot.wait_seconds) {
-        Ok(c) => c,
-        Err(e) => {
-            tracing::info!(error = %e, "no GRUB configuration over TFTP: Secure Boot machines cannot network-boot");
-            return dir;
-        }
-    };
-    let mem = crate::files::MemorySource::new();
-    mem.insert(GRUB_ENTRY, cfg);
-    Arc::new(crate::files::Overlay {
-        upper: Arc::new(mem),
-        lower: dir,
-    })
-}
-
-/// Where the signed network GRUB (prefix `/grub`) reads its configuration.
-pub const GRUB_ENTRY: &str = "grub/grub.cfg";

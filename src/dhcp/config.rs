@@ -257,8 +257,7 @@ fn merge_files(
     extra: BTreeMap<u16, String>,
 ) -> Result<BTreeMap<u16, String>, ConfigError> {
     for (a, f) in extra {
-        if f.is_empty() || f.len() > 127 || f.chars().any(|c| c.is_whitespace() || c.is_control())
-        {
+        if f.is_empty() || f.len() > 127 || f.chars().any(|c| c.is_whitespace() || c.is_control()) {
             return Err(err(
                 format!("{field}.{a}"),
                 "must be 1..127 bytes without whitespace",

@@ -107,10 +107,7 @@ pub fn boot_info(
             }
         }
         ClientKind::Pxe => BootInfo {
-            file: files
-                .get(&arch)
-                .ok_or(DropReason::NoBootFile)?
-                .clone(),
+            file: files.get(&arch).ok_or(DropReason::NoBootFile)?.clone(),
             next_server: Some(next),
             vendor_class: Some("PXEClient"),
         },
@@ -230,7 +227,10 @@ mod tests {
             &[(53, &[1]), (60, b"PXEClient:Arch:00007"), (93, &[0, 7])],
         ))
         .unwrap();
-        assert_eq!(boot_info(&efi, &s, ip, false).unwrap().unwrap().file, "ipxe.efi");
+        assert_eq!(
+            boot_info(&efi, &s, ip, false).unwrap().unwrap().file,
+            "ipxe.efi"
+        );
         let arm = Request::parse(&raw_request(
             mac,
             &[(53, &[1]), (60, b"PXEClient"), (93, &[0, 11])],
@@ -269,7 +269,10 @@ mod tests {
             &[(53, &[1]), (60, b"PXEClient:Arch:00007"), (93, &[0, 7])],
         ))
         .unwrap();
-        assert_eq!(boot_info(&efi, &s, ip, true).unwrap().unwrap().file, "shimx64.efi");
+        assert_eq!(
+            boot_info(&efi, &s, ip, true).unwrap().unwrap().file,
+            "shimx64.efi"
+        );
         let http = Request::parse(&raw_request(
             mac,
             &[(53, &[1]), (60, b"HTTPClient:Arch:00016"), (93, &[0, 16])],
@@ -310,6 +313,9 @@ mod tests {
             boot_info(&efi, &site, ip, true).unwrap().unwrap().file,
             "ipxe-signed.efi"
         );
-        assert_eq!(boot_info(&efi, &site, ip, false).unwrap().unwrap().file, "ipxe.efi");
+        assert_eq!(
+            boot_info(&efi, &site, ip, false).unwrap().unwrap().file,
+            "ipxe.efi"
+        );
     }
 }

@@ -20,5 +20,6 @@ pub mod source;
 pub use cache::{CacheError, ImageCache};
 pub use chunks::FileChunks;
 pub use source::{
-    DirSource, FileHandle, FileSource, MemorySource, Opened, Overlay, SourceError, sanitize,
+    DirSource, FileHandle, FileSource, MemorySource, Opened, Overlay, SourceError, memory_file,
+    sanitize,
 };

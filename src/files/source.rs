@@ -63,6 +63,24 @@ pub trait FileHandle: Send {
 #[async_trait]
 pub trait FileSource: Send + Sync {
     async fn open(&self, name: &str) -> Result<Box<dyn FileHandle>, SourceError>;
+
+    /// Open `name` for a client at `peer`: sources whose answer depends on
+    /// who asks (a machine's own boot configuration) override this.
+    async fn open_for(
+        &self,
+        name: &str,
+        _peer: std::net::SocketAddr,
+    ) -> Result<Box<dyn FileHandle>, SourceError> {
+        self.open(name).await
+    }
+}
+
+/// A file handle over bytes in memory (a generated configuration).
+pub fn memory_file(data: impl Into<Bytes>) -> Box<dyn FileHandle> {
+    Box::new(MemFile {
+        data: data.into(),
+        last: Bytes::new(),
+    })
 }
 
 /// Longest name accepted, in bytes.

@@ -30,7 +30,31 @@ impl TftpEvents for NoEvents {
     fn transfer_finished(&self, _report: &TransferReport<'_>) {}
 }
 
-/// Appends a `TFTP` boot step (file, bytes) to the Machine whose reserved
+/// The boot step a completed transfer is: a cached image (what a Secure
+/// Boot machine's GRUB loads over TFTP) is its `Kernel`, `Initrd` or
+/// `Image` step, as over HTTP; anything else is `TFTP`.
+pub fn step_of(file: &str) -> crate::api::BootStep {
+    use crate::api::BootStep;
+    let Some(rest) = file.trim_start_matches('/').strip_prefix("images/") else {
+        return BootStep::Tftp;
+    };
+    match rest.rsplit('/').next() {
+        Some("kernel") => BootStep::Kernel,
+        Some("initrd") => BootStep::Initrd,
+        _ => BootStep::Image,
+    }
+}
+
+/// A step's detail: the file, or for a cached image its digest (as boot
+/// HTTP records it).
+fn detail_of(file: &str) -> String {
+    match file.trim_start_matches('/').strip_prefix("images/") {
+        Some(rest) => rest.split('/').next().unwrap_or_default().to_string(),
+        None => file.to_string(),
+    }
+}
+
+/// Appends a boot step (file, bytes; see [`step_of`]) to the Machine whose reserved
 /// address is the peer's; transfers from unknown addresses are not recorded.
 pub struct BootTimeline {
     pub directory: Directory,
@@ -55,8 +79,8 @@ impl TftpEvents for BootTimeline {
             &m.name,
             BootEvent {
                 time: jiff::Timestamp::now(),
-                step: crate::api::BootStep::Tftp,
-                detail: r.file.to_string(),
+                step: step_of(r.file),
+                detail: detail_of(r.file),
                 bytes: Some(r.bytes),
                 boot_id,
             },
@@ -126,5 +150,17 @@ mod tests {
         assert_eq!(history[0].detail, "ipxe.efi");
         assert_eq!(history[0].bytes, Some(850_528));
         cancel.cancel();
+    }
+
+    #[test]
+    fn images_are_kernel_and_initrd_steps() {
+        use crate::api::BootStep;
+        assert_eq!(step_of("ipxe.efi"), BootStep::Tftp);
+        assert_eq!(step_of("grub/grub.cfg"), BootStep::Tftp);
+        assert_eq!(step_of("/images/ab12/kernel"), BootStep::Kernel);
+        assert_eq!(step_of("images/ab12/initrd"), BootStep::Initrd);
+        assert_eq!(step_of("images/ab12/rootfs"), BootStep::Image);
+        assert_eq!(detail_of("/images/ab12/kernel"), "ab12");
+        assert_eq!(detail_of("/grub/grub.cfg"), "/grub/grub.cfg");
     }
 }

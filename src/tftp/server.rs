@@ -422,7 +422,7 @@ async fn transfer_inner(
         }
         return ("write_refused", 0);
     }
-    let mut file = match ctx.source.open(&req.filename).await {
+    let mut file = match ctx.source.open_for(&req.filename, peer).await {
         Ok(f) => f,
         Err(e) => {
             let c = match e {

@@ -56,6 +56,12 @@ pub enum Firmware {
     /// the network boot it tries is UEFI HTTP boot: DHCP as `HTTPClient`,
     /// then the URL the DHCP answer names. No TFTP at all.
     UefiHttp,
+    /// OVMF enforcing Secure Boot with Microsoft's keys enrolled (SMM
+    /// build), as servers ship: the signed shim runs, iPXE does not.
+    SecureBoot,
+    /// OVMF enforcing Secure Boot that trusts only its test key (Debian's
+    /// snakeoil key, standing in for a site's own).
+    SiteKey,
 }
 
 pub struct Vm {
@@ -99,9 +105,29 @@ pub fn start_vm(lab: &BridgeLab, fw: Firmware, mac: &str, work: &Path) -> Vm {
                 format!("virtio-net-pci,netdev=n0,mac={mac},bootindex=1"),
             ]);
         }
-        Firmware::Uefi | Firmware::UefiHttp => {
-            let code = Path::new("/usr/share/OVMF/OVMF_CODE_4M.fd");
-            let vars_src = Path::new("/usr/share/OVMF/OVMF_VARS_4M.fd");
+        Firmware::Uefi | Firmware::UefiHttp | Firmware::SecureBoot | Firmware::SiteKey => {
+            let (code, vars_src) = match fw {
+                Firmware::SecureBoot => (
+                    Path::new("/usr/share/OVMF/OVMF_CODE_4M.secboot.fd"),
+                    Path::new("/usr/share/OVMF/OVMF_VARS_4M.ms.fd"),
+                ),
+                Firmware::SiteKey => (
+                    Path::new("/usr/share/OVMF/OVMF_CODE_4M.snakeoil.fd"),
+                    Path::new("/usr/share/OVMF/OVMF_VARS_4M.snakeoil.fd"),
+                ),
+                _ => (
+                    Path::new("/usr/share/OVMF/OVMF_CODE_4M.fd"),
+                    Path::new("/usr/share/OVMF/OVMF_VARS_4M.fd"),
+                ),
+            };
+            if matches!(fw, Firmware::SecureBoot | Firmware::SiteKey) {
+                // The Secure Boot builds keep their variables in SMM.
+                args[3] = "q35,smm=on".into();
+                args.extend([
+                    "-global".into(),
+                    "driver=cfi.pflash01,property=secure,value=on".into(),
+                ]);
+            }
             assert!(
                 code.is_file() && vars_src.is_file(),
                 "OVMF missing: run scripts/setup"

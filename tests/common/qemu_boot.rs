@@ -46,6 +46,42 @@ pub enum Dhcp {
     ProxyBesideDnsmasq,
 }
 
+/// What a boot's setup adds to the plain one: the Machine's
+/// `spec.secureBoot`, lines under `dhcp:` (e.g. `secureBootFiles`), and a
+/// TFTP root other than boot-assets/.
+#[derive(Clone, Debug, Default)]
+pub struct Extra {
+    pub secure_boot: Option<bool>,
+    pub dhcp_lines: String,
+    pub tftp_root: Option<std::path::PathBuf>,
+}
+
+/// A booting Machine, metalherd serving it on the lab's bridge, and the
+/// VM powered on.
+pub struct Rig {
+    pub lab: BridgeLab,
+    pub work: std::path::PathBuf,
+    pub data: std::path::PathBuf,
+    pub serve: ChildGuard,
+    pub vm: qemu::Vm,
+    _site: Option<(ChildGuard, super::netns::Netns)>,
+}
+
+impl Rig {
+    /// Stop metalherd once the boot-history writer caught up, and read the
+    /// Machine from its store.
+    pub async fn machine(&mut self) -> Machine {
+        std::thread::sleep(metalherd::directory::HOLD + Duration::from_secs(2));
+        self.serve.terminate(Duration::from_secs(10));
+        let store = EmbeddedStore::open(&self.data.join(metalherd::datadir::STORE_FILE)).unwrap();
+        store.get_obj("default", "node1").await.unwrap()
+    }
+
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.work.join("metalherd.log")).unwrap_or_default()
+    }
+}
+
 pub async fn boot_once(
     fw: Firmware,
     ra: bool,
@@ -53,6 +89,43 @@ pub async fn boot_once(
     mac: &str,
     os: &initramfs::TestOs,
 ) -> Outcome {
+    let mut rig = start(fw, ra, dhcp, mac, os, &Extra::default()).await;
+    let (work, started_at) = (rig.work.clone(), rig.vm.started_at);
+    let done = rig
+        .vm
+        .wait_serial_or_exit(INSTALL_DONE, Duration::from_secs(240));
+    let serial = rig.vm.serial_text();
+    if done.is_none() {
+        panic!(
+            "{fw:?}: no {INSTALL_DONE} within 240 s (work dir {})\n--- serial (tail) ---\n{}\n--- metalherd ---\n{}",
+            work.display(),
+            tail(&serial, 60),
+            tail(&rig.log(), 60),
+        );
+    }
+    assert!(
+        serial.contains("installer: called home installed"),
+        "{}",
+        tail(&serial, 30)
+    );
+    rig.vm.wait_exit(Duration::from_secs(30));
+    let m = rig.machine().await;
+    let log = rig.log();
+    let out = outcome(&m, started_at, &log);
+    drop(rig);
+    let _ = std::fs::remove_dir_all(&work);
+    out
+}
+
+/// Set up a booting Machine and metalherd for it, and power the VM on.
+pub async fn start(
+    fw: Firmware,
+    ra: bool,
+    dhcp: Dhcp,
+    mac: &str,
+    os: &initramfs::TestOs,
+    extra: &Extra,
+) -> Rig {
     // Kept for post-mortems when the test fails; removed when it passes.
     let work = tempfile::Builder::new()
         .prefix("mh-qemu")
@@ -80,12 +153,14 @@ pub async fn boot_once(
         });
         store.create_obj(&class).await.unwrap();
         store.create_obj(&bootlab::join_secret()).await.unwrap();
-        let m = bootlab::machine("node1", mac, &format!("{MACHINE_IP}/24"), "lab");
+        let mut m = bootlab::machine("node1", mac, &format!("{MACHINE_IP}/24"), "lab");
+        m.spec.secure_boot = extra.secure_boot;
         bootlab::create_booting(store.as_ref(), &m, "boot-1").await;
     }
 
     let base = format!("http://{SERVER_IP}:8080");
     let assets = super::repo_root().join("boot-assets");
+    let tftp_root = extra.tftp_root.clone().unwrap_or_else(|| assets.clone());
     // metalherd alone answers DHCP, TFTP and HTTP on the boot network.
     // The test mints the boot itself (as the Machine controller would), so
     // the controller stays off.
@@ -95,7 +170,7 @@ pub async fn boot_once(
 dhcp:
   interface: {br}
   httpBootUrl: {base}
-{mode}{tftp}boot:
+{dhcp_lines}{mode}{tftp}boot:
   listen: {SERVER_IP}:8080
   baseUrl: {base}
   assetsDir: {assets}
@@ -103,6 +178,7 @@ dhcp:
 ",
         br = lab.bridge,
         assets = assets.display(),
+        dhcp_lines = extra.dhcp_lines,
         mode = match dhcp {
             Dhcp::Metalherd | Dhcp::MetalherdIpxeWaits => format!(
                 "  mode: authoritative\n  ipxeNoProxyDhcp: {}\n  subnets:\n    - subnet: 10.77.0.0/24\n      \
@@ -117,7 +193,7 @@ dhcp:
         } else {
             format!(
                 "tftp:\n  listen: {SERVER_IP}:69\n  root: {}\n",
-                assets.display()
+                tftp_root.display()
             )
         },
     );
@@ -135,7 +211,7 @@ dhcp:
         .arg("--config")
         .arg(work.join("config.yaml"))
         .env("METALHERD_LOG", "info,tower_http=debug");
-    let mut serve = ChildGuard::spawn("metalherd", &mut serve_cmd, &work.join("metalherd.log"));
+    let serve = ChildGuard::spawn("metalherd", &mut serve_cmd, &work.join("metalherd.log"));
     let up = super::proc::wait_for(Duration::from_secs(20), || {
         std::fs::read_to_string(work.join("metalherd.log"))
             .ok()
@@ -149,35 +225,23 @@ dhcp:
 
     // The site's DHCP server: another host on the bridge, addresses only
     // (the machine's own by reservation), no boot options.
-    let _site = (dhcp == Dhcp::ProxyBesideDnsmasq).then(|| site_dhcp(&lab, mac, &work));
+    let site = (dhcp == Dhcp::ProxyBesideDnsmasq).then(|| site_dhcp(&lab, mac, &work));
 
-    let mut vm = qemu::start_vm(&lab, fw, mac, &work);
-    let done = vm.wait_serial_or_exit(INSTALL_DONE, Duration::from_secs(240));
-    let serial = vm.serial_text();
-    if done.is_none() {
-        let log = std::fs::read_to_string(work.join("metalherd.log")).unwrap_or_default();
-        panic!(
-            "{fw:?}: no {INSTALL_DONE} within 240 s (work dir {})\n--- serial (tail) ---\n{}\n--- metalherd ---\n{}",
-            work.display(),
-            tail(&serial, 60),
-            tail(&log, 60),
-        );
+    let vm = qemu::start_vm(&lab, fw, mac, &work);
+    Rig {
+        lab,
+        work,
+        data,
+        serve,
+        vm,
+        _site: site,
     }
-    assert!(
-        serial.contains("installer: called home installed"),
-        "{}",
-        tail(&serial, 30)
-    );
-    vm.wait_exit(Duration::from_secs(30));
-    // Let the boot-history writer catch up (steps are held up to HOLD),
-    // then stop metalherd to read its store.
-    std::thread::sleep(metalherd::directory::HOLD + Duration::from_secs(2));
-    serve.terminate(Duration::from_secs(10));
+}
 
-    let store = EmbeddedStore::open(&data.join(metalherd::datadir::STORE_FILE)).unwrap();
-    let m: Machine = store.get_obj("default", "node1").await.unwrap();
-    let st = m.status.unwrap();
-    let b = st.boot.unwrap();
+/// What an installed boot showed, from the Machine metalherd left.
+fn outcome(m: &Machine, started_at: jiff::Timestamp, log: &str) -> Outcome {
+    let st = m.status.clone().unwrap();
+    let b = st.boot.clone().unwrap();
     assert_eq!(
         b.outcome.as_ref().map(|o| o.as_str()),
         Some("installed"),
@@ -198,10 +262,9 @@ dhcp:
         .find(|e| e.step.as_str() == "Ignition")
         .unwrap_or_else(|| panic!("no Ignition step: {steps:?}"));
     let to_ignition = Duration::from_millis(
-        (ign.time.as_millisecond() - vm.started_at.as_millisecond()).max(0) as u64,
+        (ign.time.as_millisecond() - started_at.as_millisecond()).max(0) as u64,
     );
-    let log = std::fs::read_to_string(work.join("metalherd.log")).unwrap_or_default();
-    let http_boot_fetch = strip_ansi(&log)
+    let http_boot_fetch = strip_ansi(log)
         .lines()
         .any(|l| l.contains("/assets/ipxe.efi") && l.contains("status=200"));
     let ipxe_dhcp = ipxe_dhcp(&st.boot_history);
@@ -209,11 +272,10 @@ dhcp:
         .boot_history
         .iter()
         .map(|e| {
-            let at = (e.time.as_millisecond() - vm.started_at.as_millisecond()) as f64 / 1000.0;
+            let at = (e.time.as_millisecond() - started_at.as_millisecond()) as f64 / 1000.0;
             (format!("{} {}", e.step, e.detail), at)
         })
         .collect();
-    let _ = std::fs::remove_dir_all(&work);
     Outcome {
         to_ignition,
         steps,

@@ -24,7 +24,8 @@ pub(super) fn proxy(c: &Ctx) -> Result<Outcome, DropReason> {
         (Via::Port67, MessageType::Request) => return Err(DropReason::OtherServer),
         _ => return Err(DropReason::Unhandled),
     };
-    let b = options::boot_info(c.req, &c.p.cfg, c.p.server_ip, c.secure_boot())?.ok_or(DropReason::NotPxe)?;
+    let b = options::boot_info(c.req, &c.p.cfg, c.p.server_ip, c.secure_boot())?
+        .ok_or(DropReason::NotPxe)?;
     let mut m = options::reply(c.req, t, c.p.server_ip);
     options::add_boot(&mut m, c.req, &b);
     // A proxy offer must say PXEClient even to iPXE, or firmware ignores it.

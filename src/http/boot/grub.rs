@@ -1,52 +1,54 @@
-//! GRUB configurations for Secure Boot machines: the signed network GRUB
-//! (loaded by the signed shim) reads `grub/grub.cfg` over TFTP, which asks
-//! `/boot.grub?mac=` on the boot HTTP server for the machine's own; that
-//! one is picked exactly like an iPXE script (install, local disk, wait)
-//! and rendered here from `templates/grub/`. Pure. The same values are
-//! checked as for iPXE (no quote, whitespace or `$` can reach a
+//! GRUB configurations for Secure Boot machines. The signed shim loads
+//! Debian's signed network GRUB, which has TFTP but no HTTP (and loads no
+//! module under Secure Boot): it reads `grub/grub.cfg` over TFTP, which
+//! sends it to `grub/<mac>.cfg`, this machine's own, picked exactly like an
+//! iPXE script (install, local disk, wait; see `script_handler.rs`) and
+//! rendered here from `templates/grub/`; the kernel and initrd come over
+//! TFTP from the image cache (`/images/<sha256>/kernel`). Pure. The same
+//! values are checked as for iPXE (no quote, whitespace or `$` reaches a
 //! configuration), and every one is single-quoted, so GRUB expands nothing.
 
 use askama::Template;
 
 use super::script::{
-    InstallParams, ScriptError, WaitReason, check_install, check_url, shown_name, unsafe_value,
+    InstallParams, ScriptError, WaitReason, check_kernel_arg, shown_name, unsafe_value,
 };
+use crate::api::MacAddr;
 
-/// `http://host[:port]/path?query` in GRUB's device syntax:
-/// `(http,host:port)/path?query`. GRUB has no TLS: `https` is refused.
-pub fn grub_url(field: &'static str, url: &str) -> Result<String, ScriptError> {
-    check_url(url).map_err(unsafe_value(field))?;
-    let rest = url
-        .strip_prefix("http://")
-        .ok_or_else(|| ScriptError::GrubNeedsHttp {
+/// The TFTP path of a machine's configuration, as `grub/grub.cfg` asks for
+/// it (`${net_default_mac}`: lowercase, colons).
+pub fn config_path(mac: &[u8; 6]) -> String {
+    format!("/grub/{}.cfg", MacAddr(*mac))
+}
+
+/// The MAC of a configuration's TFTP path (`grub/52:54:00:12:34:56.cfg`).
+pub fn mac_of_path(path: &str) -> Option<[u8; 6]> {
+    let name = path.trim_start_matches('/').strip_prefix("grub/")?;
+    let mac = name.strip_suffix(".cfg")?;
+    mac.parse::<MacAddr>().ok().map(MacAddr::octets)
+}
+
+/// A TFTP path in a configuration: absolute, and a safe word.
+fn check_path(field: &'static str, p: &str) -> Result<(), ScriptError> {
+    check_kernel_arg(p).map_err(unsafe_value(field))?;
+    if !p.starts_with('/') {
+        return Err(ScriptError::GrubPath {
             field,
-            url: url.to_string(),
-        })?;
-    let (host, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
-    let path = if path.is_empty() { "/" } else { path };
-    Ok(format!("(http,{host}){path}"))
+            path: p.to_string(),
+        });
+    }
+    Ok(())
 }
 
 #[derive(Template)]
 #[template(path = "grub/entry.cfg", escape = "none")]
-struct EntryTemplate<'a> {
-    server: &'a str,
-    path: &'a str,
+struct EntryTemplate {
     wait_seconds: u32,
 }
 
-/// The TFTP `grub/grub.cfg` every Secure Boot machine reads first: load
-/// `{base_url}/boot.grub?mac=${net_default_mac}`.
-pub fn render_entry(base_url: &str, wait_seconds: u32) -> Result<String, ScriptError> {
-    let u = grub_url("baseUrl", base_url.trim_end_matches('/'))?;
-    let (server, path) = u.split_at(u.find(')').map_or(0, |i| i + 1));
-    let path = path.trim_end_matches('/');
-    Ok(EntryTemplate {
-        server,
-        path,
-        wait_seconds,
-    }
-    .render()?)
+/// The TFTP `grub/grub.cfg` every Secure Boot machine reads first.
+pub fn render_entry(wait_seconds: u32) -> Result<String, ScriptError> {
+    Ok(EntryTemplate { wait_seconds }.render()?)
 }
 
 #[derive(Template)]
@@ -57,27 +59,41 @@ struct InstallTemplate<'a> {
     purpose: &'a str,
     os: &'a str,
     version: &'a str,
-    kernel: String,
-    initrd: String,
+    kernel: &'a str,
+    initrd: &'a str,
     kernel_args: &'a [String],
-    retry: String,
+    retry: &'a str,
     wait_seconds: u32,
 }
 
-/// The install (or wipe) boot: the live kernel and initrd over HTTP with
-/// the boot's arguments; on failure, wait and ask again.
+/// The install (or wipe) boot: the live kernel and initrd (TFTP paths in
+/// `kernel_url`, `initrd_url`; `retry_url` is this configuration's) with
+/// the boot's arguments; on failure, wait and read it again.
 pub fn render_install(p: &InstallParams<'_>) -> Result<String, ScriptError> {
-    check_install(p)?;
+    check_path("kernel path", p.kernel_url)?;
+    check_path("initrd path", p.initrd_url)?;
+    check_path("retry path", p.retry_url)?;
+    for a in p.kernel_args {
+        check_kernel_arg(a).map_err(unsafe_value("kernelArgs"))?;
+    }
+    for (field, v) in [
+        ("boot id", p.boot_id),
+        ("purpose", p.purpose),
+        ("image os", p.os),
+        ("image version", p.version),
+    ] {
+        check_kernel_arg(v).map_err(unsafe_value(field))?;
+    }
     Ok(InstallTemplate {
         machine: shown_name(p.machine),
         boot_id: p.boot_id,
         purpose: p.purpose,
         os: p.os,
         version: p.version,
-        kernel: grub_url("kernel URL", p.kernel_url)?,
-        initrd: grub_url("initrd URL", p.initrd_url)?,
+        kernel: p.kernel_url,
+        initrd: p.initrd_url,
         kernel_args: p.kernel_args,
-        retry: grub_url("retry URL", p.retry_url)?,
+        retry: p.retry_url,
         wait_seconds: p.wait_seconds,
     }
     .render()?)

@@ -10,15 +10,16 @@ pub mod access;
 pub mod assets;
 pub mod callhome;
 pub mod config;
+pub mod grub;
 pub mod ignition;
 pub mod metrics;
 pub mod once;
 pub mod range;
 pub mod renderer;
-pub mod grub;
 pub mod script;
 pub mod script_handler;
 pub mod send_file;
+pub mod tftp_boot;
 pub mod token;
 
 use std::collections::HashMap;
@@ -442,7 +443,6 @@ impl Params {
 pub fn router(state: Arc<BootState>) -> Router {
     Router::new()
         .route("/boot.ipxe", get(script_handler::handler))
-        .route("/boot.grub", get(script_handler::grub_handler))
         .route("/assets/{*path}", get(assets::asset))
         .route("/images/{sha256}/{name}", get(assets::image))
         .route("/ignition", get(ignition::handler))
@@ -499,14 +499,15 @@ pub async fn start(
     deps: BootDeps,
     tasks: &mut tokio::task::JoinSet<()>,
     cancel: CancellationToken,
-) -> Result<(), BootError> {
+) -> Result<Arc<BootState>, BootError> {
     let listener = bind(settings.listen).await?;
     let state = Arc::new(BootState::new(settings, deps)?);
     tracing::info!(listen = %state.settings.listen, base_url = %state.settings.base_url, "boot HTTP server listening");
+    let served = state.clone();
     tasks.spawn(async move {
-        if let Err(e) = serve(listener, state, cancel).await {
+        if let Err(e) = serve(listener, served, cancel).await {
             tracing::error!(error = %e, "boot HTTP server stopped");
         }
     });
-    Ok(())
+    Ok(state)
 }

@@ -129,9 +129,9 @@ pub enum ScriptError {
     },
     #[error("rendering the script: {0}")]
     Render(#[from] askama::Error),
-    /// Network GRUB speaks plain HTTP only.
-    #[error("{field} must be an http:// URL for GRUB (it has no TLS): {url}")]
-    GrubNeedsHttp { field: &'static str, url: String },
+    /// GRUB reads its files over TFTP by absolute path.
+    #[error("{field} must be an absolute TFTP path for GRUB: {path}")]
+    GrubPath { field: &'static str, path: String },
 }
 
 pub(super) fn unsafe_value(field: &'static str) -> impl FnOnce(UnsafeValue) -> ScriptError {

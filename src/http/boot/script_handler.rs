@@ -6,6 +6,11 @@
 //! install script carries the boot's token: it goes only to the machine's
 //! own address (see `access.rs`); a request from elsewhere is refused and
 //! leaves a Warning event.
+//!
+//! The same choice, checks and boot step give a Secure Boot machine's
+//! signed GRUB its configuration ([`pick`] with [`Loader::Grub`]), which it
+//! reads over TFTP (`tftp_boot.rs`): Debian's signed network GRUB has no
+//! HTTP.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -16,17 +21,18 @@ use http::{StatusCode, header};
 use tracing::Instrument;
 
 use super::access;
-use super::metrics::{Endpoint, ErrorReason};
 use super::grub;
+use super::metrics::{Endpoint, ErrorReason};
 use super::script::{self, InstallParams, Platform, WaitReason, is_word};
 use super::{BootState, Params, reply};
 use crate::api::{BootPurpose, BootStep, DiscoveredMachine, MacAddr, Machine};
 use crate::directory::{BootIntent, MachineEntry};
 use crate::store::TypedStore;
 
-/// The loader a script is for: iPXE (`/boot.ipxe`) or the signed GRUB of a
-/// Secure Boot machine (`/boot.grub`). The same choice (install, local
-/// disk, wait), the same checks and the same boot step, in its language.
+/// The loader a script is for: iPXE (`/boot.ipxe` over HTTP) or the signed
+/// GRUB of a Secure Boot machine (`grub/<mac>.cfg` over TFTP). The same
+/// choice (install, local disk, wait), the same checks and the same boot
+/// step, in its language.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Loader {
     Ipxe,
@@ -34,10 +40,10 @@ pub enum Loader {
 }
 
 impl Loader {
-    fn path(self) -> &'static str {
+    fn word(self) -> &'static str {
         match self {
-            Loader::Ipxe => "boot.ipxe",
-            Loader::Grub => "boot.grub",
+            Loader::Ipxe => "ipxe",
+            Loader::Grub => "grub",
         }
     }
 }
@@ -47,18 +53,7 @@ pub async fn handler(
     ConnectInfo(peer): ConnectInfo<SocketAddr>,
     RawQuery(q): RawQuery,
 ) -> Response {
-    let r = serve(&st, peer, q.as_deref().unwrap_or_default(), Loader::Ipxe).await;
-    st.metrics.request(Endpoint::script, r.status());
-    r
-}
-
-/// `GET /boot.grub?mac=..`: a Secure Boot machine's GRUB configuration.
-pub async fn grub_handler(
-    State(st): State<Arc<BootState>>,
-    ConnectInfo(peer): ConnectInfo<SocketAddr>,
-    RawQuery(q): RawQuery,
-) -> Response {
-    let r = serve(&st, peer, q.as_deref().unwrap_or_default(), Loader::Grub).await;
+    let r = serve(&st, peer, q.as_deref().unwrap_or_default()).await;
     st.metrics.request(Endpoint::script, r.status());
     r
 }
@@ -75,10 +70,10 @@ fn ipxe(body: String) -> Response {
         .into_response()
 }
 
-async fn serve(st: &BootState, peer: SocketAddr, q: &str, loader: Loader) -> Response {
+async fn serve(st: &BootState, peer: SocketAddr, q: &str) -> Response {
     let p = Params::parse(q);
     let wait = st.settings.wait_seconds;
-    if p.get("mac").is_none() && loader == Loader::Ipxe {
+    if p.get("mac").is_none() {
         return match script::render_chain(&st.settings.base_url, wait) {
             Ok(s) => ipxe(s),
             Err(e) => render_failed(st, e),
@@ -96,24 +91,45 @@ async fn serve(st: &BootState, peer: SocketAddr, q: &str, loader: Loader) -> Res
         }
     }
     let platform = Platform::from_query(plat, arch);
+    let query = Query { arch, plat };
+    match pick(st, peer, mac, query, platform, Loader::Ipxe).await {
+        Ok(s) => ipxe(s),
+        Err(r) => r,
+    }
+}
+
+/// The firmware values of a script request, carried into its retry URL.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Query<'a> {
+    pub arch: Option<&'a str>,
+    pub plat: Option<&'a str>,
+}
+
+/// The script for one MAC's machine, as its boot intent calls for, in the
+/// loader's language (recorded as its `Script` step), or the refusal.
+pub async fn pick(
+    st: &BootState,
+    peer: SocketAddr,
+    mac: [u8; 6],
+    at: Query<'_>,
+    platform: Platform,
+    loader: Loader,
+) -> Result<String, Response> {
     let span = tracing::info_span!("boot_script", mac = %MacAddr(mac).hyphenated(),
-        peer = %peer.ip(), loader = loader.path());
-    serve_mac(st, peer, mac, arch, plat, platform, loader)
+        peer = %peer.ip(), loader = loader.word());
+    pick_in_span(st, peer, mac, at, platform, loader)
         .instrument(span)
         .await
 }
 
-/// A well-formed script request for one MAC, inside its span: the script
-/// its machine's boot intent calls for.
-async fn serve_mac(
+async fn pick_in_span(
     st: &BootState,
     peer: SocketAddr,
     mac: [u8; 6],
-    arch: Option<&str>,
-    plat: Option<&str>,
+    at: Query<'_>,
     platform: Platform,
     loader: Loader,
-) -> Response {
+) -> Result<String, Response> {
     let wait = st.settings.wait_seconds;
     let render_wait = |why| match loader {
         Loader::Ipxe => script::render_wait(&mac, why, wait),
@@ -122,24 +138,21 @@ async fn serve_mac(
     let Some(entry) = st.directory.by_mac(&mac) else {
         discovered(st, &mac, peer).await;
         tracing::info!("unknown machine: discovery script");
-        return match render_wait(WaitReason::Unknown) {
-            Ok(s) => ipxe(s),
-            Err(e) => render_failed(st, e),
-        };
+        return render_wait(WaitReason::Unknown).map_err(|e| render_failed(st, e));
     };
     // The directory may lag the store by a moment; the store decides.
     let m: Machine = match st.store.get_obj(&entry.namespace, &entry.name).await {
         Ok(m) => m,
-        Err(e) => return st.store_error(e),
+        Err(e) => return Err(st.store_error(e)),
     };
     let intent = MachineEntry::from_machine(&m).map_or(BootIntent::Idle, |e| e.intent);
     let (kind, rendered) = match &intent {
         BootIntent::Install { boot_id, purpose } => {
             if !access::from_machine(&m, peer.ip(), st.lease_of(&mac)) {
                 let why = access::Refusal::WrongAddress;
-                return st
+                return Err(st
                     .refuse(&m, "BootScriptRefused", "install script", peer, why)
-                    .await;
+                    .await);
             }
             // A deprovisioning boot's live OS is the wiper (its Ignition
             // is the wipe config); the script is the same live boot.
@@ -148,11 +161,10 @@ async fn serve_mac(
             } else {
                 "install"
             };
-            let at = Query { arch, plat };
-            match install(st, &m, &mac, boot_id, *purpose, at, loader).await {
-                Ok(rendered) => (kind, rendered),
-                Err(r) => return r,
-            }
+            (
+                kind,
+                install(st, &m, &mac, boot_id, *purpose, at, loader).await?,
+            )
         }
         BootIntent::LocalDisk => (
             "localDisk",
@@ -167,7 +179,7 @@ async fn serve_mac(
         Ok(s) => s,
         Err(e) => {
             st.warn(&m, "BootScriptFailed", &e.to_string()).await;
-            return render_failed(st, e);
+            return Err(render_failed(st, e));
         }
     };
     let boot_id = match &intent {
@@ -176,7 +188,7 @@ async fn serve_mac(
     };
     let detail = match loader {
         Loader::Ipxe => kind.to_string(),
-        Loader::Grub => format!("{kind} (grub)"),
+        Loader::Grub => format!("{kind} ({})", loader.word()),
     };
     st.record(
         &entry,
@@ -187,7 +199,7 @@ async fn serve_mac(
     );
     st.metrics.transfer(Endpoint::script, s.len() as u64, true);
     tracing::info!(script = kind, "boot script served");
-    ipxe(s)
+    Ok(s)
 }
 
 fn render_failed(st: &BootState, e: script::ScriptError) -> Response {
@@ -197,12 +209,6 @@ fn render_failed(st: &BootState, e: script::ScriptError) -> Response {
         StatusCode::INTERNAL_SERVER_ERROR,
         &format!("cannot render the script: {e}"),
     )
-}
-
-/// The firmware values of a script request, carried into its retry URL.
-struct Query<'a> {
-    arch: Option<&'a str>,
-    plat: Option<&'a str>,
 }
 
 async fn install(
@@ -249,8 +255,14 @@ async fn install(
     let base = &st.settings.base_url;
     let mh = MacAddr(*mac).hyphenated();
     let image_url = |sha: &str, name: &str| format!("{base}/images/{sha}/{name}?mac={mh}");
-    let kernel_url = image_url(&shas[0], "kernel");
-    let initrd_url = image_url(&shas[1], "initrd");
+    // GRUB reads its files over TFTP, from the server it booted from.
+    let (kernel_url, initrd_url) = match loader {
+        Loader::Ipxe => (image_url(&shas[0], "kernel"), image_url(&shas[1], "initrd")),
+        Loader::Grub => (
+            format!("/images/{}/kernel", shas[0]),
+            format!("/images/{}/initrd", shas[1]),
+        ),
+    };
     let ignition_url = format!("{base}/ignition?{}", ctx.callhome_query);
     let mut args = class.spec.kernel_args.clone();
     args.extend(st.settings.kernel_args.iter().cloned());
@@ -268,12 +280,18 @@ async fn install(
         // home at the same URL with `/ignition?` -> `/callhome/{what}?`.
         format!("metalherd.ignition={ignition_url}"),
     ]);
-    let mut retry = format!("{base}/{}?mac={mh}", loader.path());
-    for (k, v) in [("arch", at.arch), ("platform", at.plat)] {
-        if let Some(v) = v {
-            retry.push_str(&format!("&{k}={v}"));
+    let retry = match loader {
+        Loader::Ipxe => {
+            let mut retry = format!("{base}/boot.ipxe?mac={mh}");
+            for (k, v) in [("arch", at.arch), ("platform", at.plat)] {
+                if let Some(v) = v {
+                    retry.push_str(&format!("&{k}={v}"));
+                }
+            }
+            retry
         }
-    }
+        Loader::Grub => grub::config_path(mac),
+    };
     let name = m.metadata.name.as_deref().unwrap_or_default();
     let render = match loader {
         Loader::Ipxe => script::render_install,

@@ -33,7 +33,10 @@ fn a_fetch_without_a_script_stalls_after_the_grace() {
         step(5, BootStep::DhcpAck, "10.0.0.7 via pxe"),
     ]);
     assert_eq!(stalled_loader(&m, "b1", at(60)), None);
-    assert_eq!(stalled_loader(&m, "b1", at(95)).as_deref(), Some("ipxe.efi"));
+    assert_eq!(
+        stalled_loader(&m, "b1", at(95)).as_deref(),
+        Some("ipxe.efi")
+    );
     // Another boot's steps are not this one's.
     assert_eq!(stalled_loader(&m, "b2", at(95)), None);
 }
@@ -52,7 +55,10 @@ fn a_script_after_the_fetch_is_progress() {
         step(1, BootStep::Tftp, "shimx64.efi"),
         step(3, BootStep::Tftp, "grubx64.efi"),
     ]);
-    assert_eq!(stalled_loader(&m, "b1", at(500)).as_deref(), Some("grubx64.efi"));
+    assert_eq!(
+        stalled_loader(&m, "b1", at(500)).as_deref(),
+        Some("grubx64.efi")
+    );
 }
 
 #[test]

@@ -7,37 +7,33 @@ fn install() -> InstallParams<'static> {
         purpose: "install",
         os: "flatcar",
         version: "4230.2.3",
-        kernel_url: "http://10.77.0.1:8080/images/aa/kernel?mac=52-54-00-12-34-56",
-        initrd_url: "http://10.77.0.1:8080/images/bb/initrd?mac=52-54-00-12-34-56",
+        kernel_url: "/images/aa/kernel",
+        initrd_url: "/images/bb/initrd",
         kernel_args: &[],
-        retry_url: "http://10.77.0.1:8080/boot.grub?mac=52-54-00-12-34-56",
+        retry_url: "/grub/52:54:00:12:34:56.cfg",
         wait_seconds: 10,
     }
 }
 
 #[test]
-fn urls_in_grub_syntax() {
-    assert_eq!(
-        grub_url("u", "http://10.0.0.1:8080/boot.grub?mac=a&b=c").unwrap(),
-        "(http,10.0.0.1:8080)/boot.grub?mac=a&b=c"
-    );
-    assert_eq!(grub_url("u", "http://boot.example").unwrap(), "(http,boot.example)/");
-    assert!(matches!(
-        grub_url("u", "https://10.0.0.1/k"),
-        Err(ScriptError::GrubNeedsHttp { field: "u", .. })
-    ));
-    assert!(grub_url("u", "http://10.0.0.1/k'x").is_err());
+fn configuration_paths() {
+    let mac = [0x52, 0x54, 0, 0x12, 0x34, 0x56];
+    assert_eq!(config_path(&mac), "/grub/52:54:00:12:34:56.cfg");
+    assert_eq!(mac_of_path("grub/52:54:00:12:34:56.cfg"), Some(mac));
+    assert_eq!(mac_of_path("/grub/52:54:00:12:34:56.cfg"), Some(mac));
+    for bad in [
+        "grub/grub.cfg",
+        "grub/52:54:00:12:34.cfg",
+        "x/52:54:00:12:34:56.cfg",
+        "grub/52:54:00:12:34:56",
+    ] {
+        assert_eq!(mac_of_path(bad), None, "{bad}");
+    }
 }
 
 #[test]
 fn snapshot_entry() {
-    insta::assert_snapshot!(render_entry("http://10.77.0.1:8080", 10).unwrap());
-    let prefixed = render_entry("http://10.77.0.1:8080/metalherd/", 10).unwrap();
-    assert!(
-        prefixed.contains("\"(http,10.77.0.1:8080)/metalherd/boot.grub?mac=${net_default_mac}\""),
-        "{prefixed}"
-    );
-    assert!(render_entry("https://10.77.0.1", 10).is_err());
+    insta::assert_snapshot!(render_entry(10).unwrap());
 }
 
 #[test]
@@ -68,8 +64,17 @@ fn injection_is_refused() {
         assert!(render_install(&p).is_err(), "{bad:?} rendered");
     }
     let mut p = install();
-    p.kernel_url = "http://x/k'; reboot; '";
+    p.kernel_url = "/k'; reboot; '";
     assert!(render_install(&p).is_err());
+    let mut p = install();
+    p.kernel_url = "(http,evil)/k";
+    assert!(render_install(&p).is_err());
+    let mut p = install();
+    p.initrd_url = "images/relative";
+    assert!(matches!(
+        render_install(&p),
+        Err(ScriptError::GrubPath { .. })
+    ));
     let mut p = install();
     p.machine = "evil'\nreboot";
     assert!(!render_install(&p).unwrap().contains("evil"));
