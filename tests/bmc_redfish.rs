@@ -153,6 +153,21 @@ async fn sushy_inventory_lists_nics_with_macs_and_finds_the_only_system() {
     assert_eq!(macs, s.opts.systems[0].macs);
     // sushy's fake driver answers Storage with 500: no disks, no failure.
     assert!(inv.disks.is_empty());
+    // Secure Boot as the System's SecureBoot resource says, off and on.
+    assert_eq!(inv.secure_boot, Some(false));
+    let (u, p) = s.opts.auth.clone().expect("auth");
+    let r = reqwest::Client::new()
+        .patch(format!(
+            "http://127.0.0.1:{}/redfish/v1/Systems/{}/SecureBoot",
+            s.port, s.opts.systems[0].uuid
+        ))
+        .basic_auth(u, Some(p))
+        .json(&serde_json::json!({"SecureBootEnable": true}))
+        .send()
+        .await
+        .expect("patch SecureBoot");
+    assert!(r.status().is_success(), "{r:?}");
+    assert_eq!(bmc.inventory().await.unwrap().secure_boot, Some(true));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
