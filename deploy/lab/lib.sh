@@ -364,9 +364,11 @@ spec:
   network: {address: 10.89.0.$((10 + i))/24, gateway: 10.89.0.1, hostname: vm$i}
 YAML
   [ -z "$class" ] || echo "  classRef: {name: $class}"
-  local hints
+  local hints secure
   eval "hints=\${LAB_HINTS_VM$i:-\${LAB_HINTS:-}}"
   [ -z "$hints" ] || echo "  rootDeviceHints: $hints"
+  eval "secure=\${LAB_SECURE_BOOT_VM$i:-}"
+  [ -z "$secure" ] || echo "  secureBoot: $secure"
 }
 
 # lab_kube_up NS RUN [TOKEN]: a real Kubernetes control plane for the rack,

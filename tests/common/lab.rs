@@ -59,9 +59,21 @@ impl Lab {
         Lab::start(n, None)
     }
 
+    /// [`Lab::up`] with VMs whose firmware enforces Secure Boot with
+    /// Microsoft's keys enrolled (lib.sh's `secboot`), as servers ship,
+    /// their disks booting through the signed shim and GRUB; sushy-tools
+    /// reports their Secure Boot state on each System's SecureBoot.
+    pub fn up_secure_boot(n: usize) -> Lab {
+        Lab::start_with(n, None, "secboot")
+    }
+
     /// `nodes`: real nodes ([`Lab::start_nodes`]) with these disks, else
     /// the test OS.
     pub(crate) fn start(n: usize, nodes: Option<super::lab_nodes::NodeDisks>) -> Lab {
+        Lab::start_with(n, nodes, "uefi")
+    }
+
+    fn start_with(n: usize, nodes: Option<super::lab_nodes::NodeDisks>, fw: &str) -> Lab {
         super::require_root();
         for t in [
             "qemu-system-x86_64",
@@ -123,6 +135,7 @@ impl Lab {
                 .arg(run.join("vmlinuz"))
                 .arg(run.join("test-os.cpio.gz"))
                 .arg("8080")
+                .args((fw == "secboot").then_some("secure"))
                 .output()
                 .expect("build-disk");
             assert!(
@@ -130,15 +143,20 @@ impl Lab {
                 "{}",
                 String::from_utf8_lossy(&out.stderr)
             );
+            // q35 (the Secure Boot builds need SMM) has no IDE bus.
+            let bus = if fw == "secboot" { "LAB_VM_DISK_BUS=virtio " } else { "" };
             let uuid = lab_sh(&format!(
-                "lab_define_vm '{r}' {ns}-vm{i} {} '{}' br0 uefi",
+                "{bus}lab_define_vm '{r}' {ns}-vm{i} {} '{}' br0 {fw}",
                 mac(i),
                 disk.display()
             ));
             lab.uuids.push(uuid.trim().to_string());
         }
+        // sushy-tools reads a System's Secure Boot state from the VARS
+        // template of its NVRAM.
+        let extra = "SUSHY_EMULATOR_SECURE_BOOT_ENABLED_NVRAM = '/usr/share/OVMF/OVMF_VARS_4M.ms.fd'";
         lab_sh(&format!(
-            "lab_sushy_up {ns} '{r}' 8000 '{}'",
+            "LAB_SUSHY_EXTRA=\"{extra}\" lab_sushy_up {ns} '{r}' 8000 '{}'",
             venv.display()
         ));
         lab_sh(&format!("lab_config '{r}' br0 '{}'", root.display()));
