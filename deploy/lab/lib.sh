@@ -58,7 +58,7 @@ CONF
 
 lab_virsh() { local run=$1; shift; virsh -c "qemu:///system?socket=$run/libvirt/libvirt-sock" "$@"; }
 
-# lab_define_vm RUN NAME MAC DISK BRIDGE [uefi|bios|secboot|snakeoil]
+# lab_define_vm RUN NAME MAC DISK BRIDGE [uefi|bios|secboot]
 # LAB_VM_MEMORY (MiB, default 512) and LAB_VM_CPUS (default 1) size the VM;
 # LAB_VM_DISK_BUS=virtio or sata (default ide) attaches DISK as a virtio or
 # SATA disk with serial LAB_VM_DISK_SERIAL (default NAME-disk0); LAB_VM_DISK2=FILE adds a
@@ -88,13 +88,12 @@ lab_define_vm() {
     nic="<model type='virtio'/><rom enabled='no'/>"
     cp /usr/share/OVMF/OVMF_VARS_4M.fd "$run/$name.vars.fd"
     loader="<loader readonly='yes' type='pflash'>/usr/share/OVMF/OVMF_CODE_4M.fd</loader><nvram>$run/$name.vars.fd</nvram>"
-  elif [ "$fw" = secboot ] || [ "$fw" = snakeoil ]; then
-    # Secure Boot enforced (OVMF's SMM build, q35): `secboot` trusts
-    # Microsoft's keys (as servers ship), `snakeoil` only OVMF's test key
-    # (a site's own key). The VARS template is what sushy-tools reads the
-    # Secure Boot state from (SUSHY_EMULATOR_SECURE_BOOT_ENABLED_NVRAM).
+  elif [ "$fw" = secboot ]; then
+    # Secure Boot enforced (OVMF's SMM build, q35) with Microsoft's keys
+    # enrolled, as servers ship. The VARS template is what sushy-tools
+    # reads the Secure Boot state from (SUSHY_EMULATOR_SECURE_BOOT_ENABLED_NVRAM);
+    # q35 has no IDE: give it LAB_VM_DISK_BUS=virtio.
     local vars=/usr/share/OVMF/OVMF_VARS_4M.ms.fd code=/usr/share/OVMF/OVMF_CODE_4M.secboot.fd
-    [ "$fw" = snakeoil ] && vars=/usr/share/OVMF/OVMF_VARS_4M.snakeoil.fd code=/usr/share/OVMF/OVMF_CODE_4M.snakeoil.fd
     nic="<model type='virtio'/><rom enabled='no'/>"
     machine=q35 features="<acpi/><smm state='on'/>"
     cp "$vars" "$run/$name.vars.fd"

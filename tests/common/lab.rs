@@ -144,7 +144,11 @@ impl Lab {
                 String::from_utf8_lossy(&out.stderr)
             );
             // q35 (the Secure Boot builds need SMM) has no IDE bus.
-            let bus = if fw == "secboot" { "LAB_VM_DISK_BUS=virtio " } else { "" };
+            let bus = if fw == "secboot" {
+                "LAB_VM_DISK_BUS=virtio "
+            } else {
+                ""
+            };
             let uuid = lab_sh(&format!(
                 "{bus}lab_define_vm '{r}' {ns}-vm{i} {} '{}' br0 {fw}",
                 mac(i),
@@ -153,10 +157,21 @@ impl Lab {
             lab.uuids.push(uuid.trim().to_string());
         }
         // sushy-tools reads a System's Secure Boot state from the VARS
-        // template of its NVRAM.
-        let extra = "SUSHY_EMULATOR_SECURE_BOOT_ENABLED_NVRAM = '/usr/share/OVMF/OVMF_VARS_4M.ms.fd'";
+        // template of its NVRAM, and rewrites loader and NVRAM on every
+        // boot-mode change (metalherd's one-time boot override names the
+        // mode), to the map's loader and, Secure Boot not being asked for,
+        // its "disabled" VARS: a Secure Boot rack maps both to the Secure
+        // Boot build and Microsoft's keys, so the server stays as shipped.
+        let extra = if fw == "secboot" {
+            "SUSHY_EMULATOR_SECURE_BOOT_ENABLED_NVRAM = '/usr/share/OVMF/OVMF_VARS_4M.ms.fd'\n\
+             SUSHY_EMULATOR_SECURE_BOOT_DISABLED_NVRAM = '/usr/share/OVMF/OVMF_VARS_4M.ms.fd'\n\
+             SUSHY_EMULATOR_BOOT_LOADER_MAP = {'UEFI': {'x86_64': '/usr/share/OVMF/OVMF_CODE_4M.secboot.fd'}, 'Legacy': {'x86_64': None}}"
+        } else {
+            "SUSHY_EMULATOR_SECURE_BOOT_ENABLED_NVRAM = '/usr/share/OVMF/OVMF_VARS_4M.ms.fd'"
+        };
+        std::fs::write(run.join("sushy-extra.conf"), extra).expect("sushy-extra.conf");
         lab_sh(&format!(
-            "LAB_SUSHY_EXTRA=\"{extra}\" lab_sushy_up {ns} '{r}' 8000 '{}'",
+            "LAB_SUSHY_EXTRA=\"$(cat '{r}/sushy-extra.conf')\" lab_sushy_up {ns} '{r}' 8000 '{}'",
             venv.display()
         ));
         lab_sh(&format!("lab_config '{r}' br0 '{}'", root.display()));

@@ -224,11 +224,14 @@ impl Planner<'_> {
         let spent = elapsed(since, self.now);
         self.check_loader(b);
         if spent >= limits.deadlines.install {
-            let msg = format!(
+            let mut msg = format!(
                 "no call-home within {}; {}",
                 fmt_duration(limits.deadlines.install),
                 boot_timeline(&self.st, &b.id)
             );
+            if let Some(file) = super::loader::stalled_loader(self.m, &b.id, self.now) {
+                msg = format!("{msg}; {}", super::loader::stalled_message(self.m, &file));
+            }
             return self.fail_boot(BootOutcome::TimedOut, fail_reason(purpose, true), msg);
         }
         // Marker written but the server is off with nothing heard from it:

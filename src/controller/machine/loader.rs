@@ -19,25 +19,44 @@ pub const LOADER_GRACE: Duration = Duration::from_secs(90);
 /// The reason of the warning and of `status.lastError`.
 pub const LOADER_NOT_RUN: &str = "BootLoaderNotRun";
 
-/// The file the firmware fetched last in boot `boot_id` when nothing but
-/// DHCP followed it for `LOADER_GRACE`.
+/// Whether a step is the firmware fetching a loader: over TFTP, or over
+/// UEFI HTTP boot from the assets.
+fn is_loader_fetch(step: &BootStep) -> bool {
+    matches!(step, BootStep::Tftp | BootStep::Asset)
+}
+
+/// The file the firmware fetched last in boot `boot_id`, when it fetched
+/// loaders (TFTP, or UEFI HTTP boot's asset) and nothing asked for a boot
+/// script since the first of them, `LOADER_GRACE` ago. Firmware that
+/// refuses a loader tries its next boot option, which may fetch it again
+/// (PXE, then HTTP boot): each fetch is as stalled as the first.
 pub fn stalled_loader(m: &Machine, boot_id: &str, now: Timestamp) -> Option<String> {
     let history = &m.status.as_ref()?.boot_history;
     let steps: Vec<_> = history
         .iter()
         .filter(|e| e.boot_id.as_deref() == Some(boot_id))
         .collect();
-    let last = steps.iter().rposition(|e| e.step == BootStep::Tftp)?;
-    let progressed = steps[last + 1..]
+    // Only what came after the last script request (a loader that read its
+    // own files, GRUB's configuration over TFTP, has asked for one).
+    let since = steps
         .iter()
-        .any(|e| !matches!(e.step, BootStep::DhcpOffer | BootStep::DhcpAck));
-    // A loader that read its own files (GRUB's configuration over TFTP)
-    // ran: only a script request after the last fetch counts as progress,
-    // and the last fetch names what stalled.
-    if progressed || elapsed(steps[last].time, now) < LOADER_GRACE {
+        .rposition(|e| e.step == BootStep::Script)
+        .map_or(0, |i| i + 1);
+    let after = &steps[since..];
+    let first = after.iter().find(|e| is_loader_fetch(&e.step))?;
+    let last = after.iter().rev().find(|e| is_loader_fetch(&e.step))?;
+    // Anything but DHCP and more fetches after them is progress (an
+    // installer's own steps).
+    let progressed = after
+        .iter()
+        .skip_while(|e| !is_loader_fetch(&e.step))
+        .any(|e| {
+            !is_loader_fetch(&e.step) && !matches!(e.step, BootStep::DhcpOffer | BootStep::DhcpAck)
+        });
+    if progressed || elapsed(first.time, now) < LOADER_GRACE {
         return None;
     }
-    Some(steps[last].detail.clone())
+    Some(last.detail.clone())
 }
 
 /// The warning for a stalled loader, by what is known of Secure Boot.
@@ -49,8 +68,8 @@ pub fn stalled_message(m: &Machine, file: &str) -> String {
         .and_then(|s| s.inventory.as_ref())
         .and_then(|i| i.secure_boot);
     let head = format!(
-        "the firmware fetched {file} over TFTP and nothing asked for a boot script after it: \
-         the loader did not run"
+        "the firmware fetched {file} and nothing asked for a boot script after it: the loader \
+         did not run"
     );
     let why = match (declared, reported) {
         (Some(false), Some(true)) => {
