@@ -155,18 +155,7 @@ async fn sushy_inventory_lists_nics_with_macs_and_finds_the_only_system() {
     assert!(inv.disks.is_empty());
     // Secure Boot as the System's SecureBoot resource says, off and on.
     assert_eq!(inv.secure_boot, Some(false));
-    let (u, p) = s.opts.auth.clone().expect("auth");
-    let r = reqwest::Client::new()
-        .patch(format!(
-            "http://127.0.0.1:{}/redfish/v1/Systems/{}/SecureBoot",
-            s.port, s.opts.systems[0].uuid
-        ))
-        .basic_auth(u, Some(p))
-        .json(&serde_json::json!({"SecureBootEnable": true}))
-        .send()
-        .await
-        .expect("patch SecureBoot");
-    assert!(r.status().is_success(), "{r:?}");
+    s.set_secure_boot(0, true).await;
     assert_eq!(bmc.inventory().await.unwrap().secure_boot, Some(true));
 }
 

@@ -156,19 +156,7 @@ impl Lab {
             ));
             lab.uuids.push(uuid.trim().to_string());
         }
-        // sushy-tools reads a System's Secure Boot state from the VARS
-        // template of its NVRAM, and rewrites loader and NVRAM on every
-        // boot-mode change (metalherd's one-time boot override names the
-        // mode), to the map's loader and, Secure Boot not being asked for,
-        // its "disabled" VARS: a Secure Boot rack maps both to the Secure
-        // Boot build and Microsoft's keys, so the server stays as shipped.
-        let extra = if fw == "secboot" {
-            "SUSHY_EMULATOR_SECURE_BOOT_ENABLED_NVRAM = '/usr/share/OVMF/OVMF_VARS_4M.ms.fd'\n\
-             SUSHY_EMULATOR_SECURE_BOOT_DISABLED_NVRAM = '/usr/share/OVMF/OVMF_VARS_4M.ms.fd'\n\
-             SUSHY_EMULATOR_BOOT_LOADER_MAP = {'UEFI': {'x86_64': '/usr/share/OVMF/OVMF_CODE_4M.secboot.fd'}, 'Legacy': {'x86_64': None}}"
-        } else {
-            "SUSHY_EMULATOR_SECURE_BOOT_ENABLED_NVRAM = '/usr/share/OVMF/OVMF_VARS_4M.ms.fd'"
-        };
+        let extra = super::lab_config::sushy_extra(fw);
         std::fs::write(run.join("sushy-extra.conf"), extra).expect("sushy-extra.conf");
         lab_sh(&format!(
             "LAB_SUSHY_EXTRA=\"$(cat '{r}/sushy-extra.conf')\" lab_sushy_up {ns} '{r}' 8000 '{}'",
@@ -217,7 +205,7 @@ impl Lab {
             serde_yaml::from_str(&std::fs::read_to_string(&path).expect("config.yaml"))
                 .expect("config.yaml is YAML");
         let extra: serde_yaml::Value = serde_yaml::from_str(yaml).expect("config fragment");
-        merge_yaml(&mut config, extra);
+        super::lab_config::merge_yaml(&mut config, extra);
         std::fs::write(&path, serde_yaml::to_string(&config).expect("yaml")).expect("write config");
     }
 
@@ -563,23 +551,6 @@ impl Drop for Lab {
                 self.run.display()
             ))
             .status();
-    }
-}
-
-/// `extra`'s keys into `base`: mappings merge, anything else replaces.
-fn merge_yaml(base: &mut serde_yaml::Value, extra: serde_yaml::Value) {
-    match (base, extra) {
-        (serde_yaml::Value::Mapping(b), serde_yaml::Value::Mapping(e)) => {
-            for (k, v) in e {
-                match b.get_mut(&k) {
-                    Some(old) => merge_yaml(old, v),
-                    None => {
-                        b.insert(k, v);
-                    }
-                }
-            }
-        }
-        (b, e) => *b = e,
     }
 }
 

@@ -18,6 +18,7 @@ pub mod ipmi_emulators;
 pub mod kubectl;
 pub mod kubectl_diff;
 pub mod lab;
+pub mod lab_config;
 pub mod lab_disk;
 pub mod lab_nodes;
 pub mod lan;

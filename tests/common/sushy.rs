@@ -174,4 +174,22 @@ impl Sushy {
     pub fn pid(&self) -> u32 {
         self.guard.pid()
     }
+
+    /// Turn system `i`'s Secure Boot on or off through its SecureBoot
+    /// resource, as an operator would.
+    pub async fn set_secure_boot(&self, i: usize, on: bool) {
+        let (u, p) = self.opts.auth.clone().expect("auth");
+        let r = reqwest::Client::new()
+            .patch(format!(
+                "{}redfish/v1/Systems/{}/SecureBoot",
+                self.base(),
+                self.opts.systems[i].uuid
+            ))
+            .basic_auth(u, Some(p))
+            .json(&serde_json::json!({ "SecureBootEnable": on }))
+            .send()
+            .await
+            .expect("patch SecureBoot");
+        assert!(r.status().is_success(), "{r:?}");
+    }
 }
