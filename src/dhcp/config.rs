@@ -75,8 +75,8 @@ pub struct DhcpConfig {
     pub boot_files: BTreeMap<u16, String>,
     /// Boot file for a Machine whose firmware enforces Secure Boot, by
     /// option-93 architecture code; merged over the defaults (the
-    /// Microsoft-signed shim, `shimx64.efi`, for x86-64 UEFI and its HTTP
-    /// boot). A site that signs its own iPXE names it here.
+    /// Microsoft-signed shim, `shimx64.efi`, for x86-64 UEFI PXE). A site
+    /// that signs its own iPXE names it here.
     #[serde(default)]
     pub secure_boot_files: BTreeMap<u16, String>,
     #[serde(default)]

@@ -27,16 +27,15 @@ pub fn default_boot_files() -> BTreeMap<u16, String> {
 
 /// The boot file a Secure Boot machine gets by default: the shim signed by
 /// Microsoft's UEFI CA, which firmware trusts out of the box; it loads
-/// `grubx64.efi` (signed GRUB) from the same place.
+/// `grubx64.efi` (signed GRUB) from the same place. PXE only: Debian's
+/// signed network GRUB reads everything over TFTP, so a Secure Boot
+/// machine that asks for UEFI HTTP boot gets nothing (and DHCP warns)
+/// unless a site names a loader for it.
 pub fn default_secure_boot_files() -> BTreeMap<u16, String> {
-    [
-        (EFI_BC, "shimx64.efi"),
-        (EFI_X86_64, "shimx64.efi"),
-        (HTTP_X86_64, "shimx64.efi"),
-    ]
-    .into_iter()
-    .map(|(a, f)| (a, f.to_string()))
-    .collect()
+    [(EFI_BC, "shimx64.efi"), (EFI_X86_64, "shimx64.efi")]
+        .into_iter()
+        .map(|(a, f)| (a, f.to_string()))
+        .collect()
 }
 
 /// `extra` over `files`, each name checked (`field` names the key in
