@@ -88,17 +88,7 @@ fn secure_boot_network_install() {
             ..Extra::default()
         },
     ));
-    let done = rig
-        .vm
-        .wait_serial_or_exit(INSTALL_DONE, Duration::from_secs(300));
-    let serial = rig.vm.serial_text();
-    assert!(
-        done.is_some(),
-        "no {INSTALL_DONE} within 300 s (work dir {})\n--- serial ---\n{}\n--- metalherd ---\n{}",
-        rig.work.display(),
-        tail(&serial, 60),
-        tail(&rig.log(), 40)
-    );
+    let serial = wait_installed(&mut rig);
     assert!(
         serial.contains("Secure boot enabled"),
         "the kernel did not run with Secure Boot: {}",
@@ -211,17 +201,7 @@ fn secure_boot_with_a_site_key() {
             tftp_root: Some(root),
         },
     ));
-    let done = rig
-        .vm
-        .wait_serial_or_exit(INSTALL_DONE, Duration::from_secs(300));
-    let serial = rig.vm.serial_text();
-    assert!(
-        done.is_some(),
-        "no {INSTALL_DONE} within 300 s (work dir {})\n--- serial ---\n{}\n--- metalherd ---\n{}",
-        rig.work.display(),
-        tail(&serial, 60),
-        tail(&rig.log(), 40)
-    );
+    let serial = wait_installed(&mut rig);
     assert!(
         serial.contains("Secure boot enabled") || serial.contains("secureboot"),
         "the firmware did not report Secure Boot to the kernel: {}",
@@ -248,6 +228,23 @@ fn secure_boot_with_a_site_key() {
     let work = rig.work.clone();
     drop(rig);
     let _ = std::fs::remove_dir_all(work);
+}
+
+/// The console once the test OS says it installed (300 s at most, else
+/// fail with the console and metalherd's log).
+fn wait_installed(rig: &mut common::qemu_boot::Rig) -> String {
+    let done = rig
+        .vm
+        .wait_serial_or_exit(INSTALL_DONE, Duration::from_secs(300));
+    let serial = rig.vm.serial_text();
+    assert!(
+        done.is_some(),
+        "no {INSTALL_DONE} within 300 s (work dir {})\n--- serial ---\n{}\n--- metalherd ---\n{}",
+        rig.work.display(),
+        tail(&serial, 60),
+        tail(&rig.log(), 40)
+    );
+    serial
 }
 
 fn run(cmd: &mut Command) {

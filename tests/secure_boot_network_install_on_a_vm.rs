@@ -23,12 +23,14 @@ use std::time::Duration;
 use common::lab::{LAB_LOCK, Lab};
 use serde_json::Value;
 
-/// The steps of the Machine's boot history, with their details.
-fn steps(m: &Value) -> Vec<String> {
+/// The steps of the Machine's boot history (of boot `boot` only, when
+/// given), with their details.
+fn steps(m: &Value, boot: Option<&str>) -> Vec<String> {
     m["status"]["bootHistory"]
         .as_array()
         .map(|h| {
             h.iter()
+                .filter(|e| boot.is_none() || e["bootId"].as_str() == boot)
                 .map(|e| {
                     format!(
                         "{} {}",
@@ -81,7 +83,7 @@ fn secure_boot_network_install_on_a_vm() {
         message.contains("ipxe.efi") && message.contains(hint),
         "{message}"
     );
-    let got = steps(&warned);
+    let got = steps(&warned, None);
     assert!(got.iter().any(|s| s == "TFTP ipxe.efi"), "{got:#?}");
     assert!(!got.iter().any(|s| s.starts_with("Script")), "{got:#?}");
     assert!(
@@ -96,19 +98,7 @@ fn secure_boot_network_install_on_a_vm() {
     lab.wait_phase("vm1", "Ready", Duration::from_secs(900), &mut seen);
     let m = lab.machine("vm1").unwrap();
     let boot = m["status"]["boot"]["id"].as_str().unwrap().to_string();
-    let this: Vec<String> = m["status"]["bootHistory"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|e| e["bootId"].as_str() == Some(boot.as_str()))
-        .map(|e| {
-            format!(
-                "{} {}",
-                e["step"].as_str().unwrap_or_default(),
-                e["detail"].as_str().unwrap_or_default()
-            )
-        })
-        .collect();
+    let this = steps(&m, Some(&boot));
     let mut it = this.iter();
     for want in [
         "TFTP shimx64.efi",
