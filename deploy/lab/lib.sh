@@ -3,7 +3,6 @@
 # provisioning network, libvirtd and its VMs, the Redfish emulator and
 # metalherd. Nothing leaves the namespace.
 
-LAB_QEMU_CONF=/etc/libvirt/qemu.conf
 LAB_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 
 lab_log() { echo "lab: $*" >&2; }
@@ -19,16 +18,22 @@ lab_netns_up() {
   ip netns exec "$ns" ip link set "$br" up
 }
 
-# Configure libvirt's QEMU driver to run without systemd, cgroups or
-# security drivers (backing up the original once), then start libvirtd
-# inside the namespace with its sockets under RUN.
+# Start libvirtd inside the namespace with its sockets under RUN and its
+# own state: in the mount namespace `ip netns exec` makes (slave to the
+# host's, so nothing propagates back), RUN/libvirt-state is bound over
+# libvirt's host paths (/run/libvirt, /var/lib/libvirt, /var/cache/libvirt,
+# /var/log/libvirt, /etc/libvirt/qemu and its storage pools) and over
+# qemu.conf, which runs the QEMU driver without systemd, cgroups or
+# security drivers. The host's libvirt configuration is never written, and
+# two labs (two test binaries at once) do not see each other's domains.
 # lab_libvirt_up NS RUN
 lab_libvirt_up() {
   local ns=$1 run=$2
-  if [ ! -f "$run/qemu.conf.orig" ]; then
-    cp "$LAB_QEMU_CONF" "$run/qemu.conf.orig"
-  fi
-  cat > "$LAB_QEMU_CONF" <<CONF
+  local s="$run/libvirt-state"
+  mkdir -p "$run/libvirt" "$s/run" "$s/lib/qemu" "$s/cache/qemu" "$s/log/qemu" \
+    "$s/etc/qemu/networks" "$s/etc/storage" /run/libvirt /var/lib/libvirt \
+    /var/cache/libvirt /var/log/libvirt /etc/libvirt/qemu /etc/libvirt/storage
+  cat > "$s/qemu.conf" <<CONF
 security_driver = "none"
 user = "root"
 group = "root"
@@ -38,7 +43,10 @@ cgroup_controllers = []
 namespaces = []
 stdio_handler = "file"
 CONF
-  mkdir -p "$run/libvirt"
+  # The host's probe of the QEMU binary, if it has one, spares this
+  # daemon its own (libvirt checks it against the binary and redoes it
+  # when stale).
+  cp -a /var/cache/libvirt/qemu/capabilities "$s/cache/qemu/" 2>/dev/null || true
   cat > "$run/libvirtd.conf" <<CONF
 unix_sock_dir = "$run/libvirt"
 unix_sock_group = "root"
@@ -47,13 +55,25 @@ auth_unix_ro = "none"
 listen_tls = 0
 listen_tcp = 0
 CONF
-  ip netns exec "$ns" /usr/sbin/libvirtd --config "$run/libvirtd.conf" --pid-file "$run/libvirtd.pid" > "$run/libvirtd.log" 2>&1 &
+  # shellcheck disable=SC2016
+  ip netns exec "$ns" sh -c '
+    set -e
+    touch /etc/libvirt/qemu.conf
+    mount --bind "$1/qemu.conf" /etc/libvirt/qemu.conf
+    mount --bind "$1/etc/qemu" /etc/libvirt/qemu
+    mount --bind "$1/etc/storage" /etc/libvirt/storage
+    mount --bind "$1/run" /run/libvirt
+    mount --bind "$1/lib" /var/lib/libvirt
+    mount --bind "$1/cache" /var/cache/libvirt
+    mount --bind "$1/log" /var/log/libvirt
+    exec /usr/sbin/libvirtd --config "$2/libvirtd.conf" --pid-file "$2/libvirtd.pid"
+  ' sh "$s" "$run" > "$run/libvirtd.log" 2>&1 &
   echo $! > "$run/libvirtd.launcher.pid"
   for _ in $(seq 1 100); do
     [ -S "$run/libvirt/libvirt-sock" ] && return 0
     sleep 0.1
   done
-  lab_log "libvirtd did not start (is another libvirtd running?):"; tail -n 20 "$run/libvirtd.log" >&2; return 1
+  lab_log "libvirtd did not start:"; tail -n 20 "$run/libvirtd.log" >&2; return 1
 }
 
 lab_virsh() { local run=$1; shift; virsh -c "qemu:///system?socket=$run/libvirt/libvirt-sock" "$@"; }
@@ -232,7 +252,7 @@ lab_raid_sushy_conf() {
   echo "SUSHY_EMULATOR_VOLUMES = {$volumes}"
 }
 
-# lab_down NS RUN: stop everything the lab started (by PID) and restore qemu.conf.
+# lab_down NS RUN: stop everything the lab started (by PID).
 lab_down() {
   local ns=$1 run=$2
   if [ -S "$run/libvirt/libvirt-sock" ]; then
@@ -249,9 +269,6 @@ lab_down() {
   if ip netns list | grep -qw "$ns"; then
     for p in $(ip netns pids "$ns" 2>/dev/null); do kill -9 "$p" 2>/dev/null || true; done
     ip netns del "$ns" 2>/dev/null || true
-  fi
-  if [ -f "$run/qemu.conf.orig" ]; then
-    cp "$run/qemu.conf.orig" "$LAB_QEMU_CONF"
   fi
 }
 

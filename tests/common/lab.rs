@@ -2,8 +2,10 @@
 //! (its lib.sh), driven from Rust: a namespace with the rack's bridge,
 //! libvirtd and UEFI QEMU VMs, sushy-tools' libvirt driver as their BMCs,
 //! and `metalherd serve` answering DHCP, TFTP and HTTP on the bridge.
-//! Everything is stopped and removed on drop. Only one lab runs at a time
-//! (libvirt's QEMU driver state is per host), so tests take [`LAB_LOCK`].
+//! Everything is stopped and removed on drop. Each lab has its own
+//! namespace and libvirtd (with its own state, deploy/lab/lib.sh), so two
+//! test binaries may each run one; inside a binary, tests take
+//! [`LAB_LOCK`] and share one rack at a time (a VM costs a core).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
