@@ -42,3 +42,4 @@ pub mod store;
 pub mod telemetry;
 pub mod tftp;
 pub mod tls;
+pub mod vmedia;
