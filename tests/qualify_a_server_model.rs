@@ -112,9 +112,12 @@ async fn read_only_qualification_of_sushy_changes_nothing() {
         "power-on",
         "power-cycle",
         "bios-applied",
+        "virtual-media",
     ] {
         assert_eq!(status(&report, step), "skipped", "{step}");
     }
+    let vmedia = check(&report, "virtual-media")["detail"].as_str().unwrap();
+    assert!(vmedia.starts_with("no --virtual-media-url"), "{vmedia}");
     assert!(stderr.contains("read-only run"), "{stderr}");
     // Counted at the BMC: no power call, no boot override.
     assert_eq!(changes(&proxy), Vec::<(String, String)>::new());
@@ -153,16 +156,90 @@ async fn read_only_qualification_of_sushy_changes_nothing() {
     assert_eq!(reports.len(), 1, "one JSON report written");
 }
 
+/// Python's http.server on 127.0.0.1 serving `dir`: an image server
+/// sushy-tools downloads virtual media from. Killed when dropped.
+fn image_server(dir: &std::path::Path) -> (common::proc::ChildGuard, u16) {
+    let port = common::free_port();
+    let guard = common::proc::ChildGuard::spawn(
+        "http.server",
+        Command::new(common::venv().join("bin/python3"))
+            .args(["-m", "http.server", "--bind", "127.0.0.1"])
+            .arg(port.to_string())
+            .arg("--directory")
+            .arg(dir),
+        &dir.join("http.log"),
+    );
+    let up = common::proc::wait_for(std::time::Duration::from_secs(20), || {
+        std::net::TcpStream::connect(("127.0.0.1", port)).ok()
+    });
+    assert!(up.is_some(), "http.server did not listen");
+    (guard, port)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn full_qualification_of_sushy_times_power_and_reads_the_override_back() {
     let sushy = Sushy::start(SushyOptions::default());
     let address = sushy.address(0);
     let (user, pw) = sushy.opts.auth.clone().unwrap();
+    // An "ISO" behind a path with a token in it, as boot HTTP serves them.
+    let images = tempfile::tempdir().unwrap();
+    let token = "f00dfeed42";
+    std::fs::create_dir_all(images.path().join("vmedia").join(token)).unwrap();
+    std::fs::write(
+        images.path().join("vmedia").join(token).join("boot.iso"),
+        vec![7u8; 32 * 1024],
+    )
+    .unwrap();
+    let (_server, port) = image_server(images.path());
+    let url = format!("http://127.0.0.1:{port}/vmedia/{token}/boot.iso");
     let (_, report, stderr) = tokio::task::spawn_blocking(move || {
-        hw_test(&address, &user, &pw, &["--allow-power-actions"])
+        hw_test(
+            &address,
+            &user,
+            &pw,
+            &["--allow-power-actions", "--virtual-media-url", &url],
+        )
     })
     .await
     .unwrap();
+    // Inserted (sushy fetched the image), booted once from Cd, ejected,
+    // the override put back; the token shows nowhere.
+    let c = check(&report, "virtual-media");
+    assert_eq!(c["status"], "pass", "{report:#}\n{stderr}");
+    let detail = c["detail"].as_str().unwrap();
+    for said in [
+        "/.../boot.iso",
+        "one-time boot Cd read back Cd/",
+        "ejected",
+        "put back (Pxe/",
+    ] {
+        assert!(detail.contains(said), "{said}: {detail}");
+    }
+    let fetched = std::fs::read_to_string(images.path().join("http.log")).unwrap();
+    assert!(
+        fetched.contains(&format!("GET /vmedia/{token}/boot.iso")),
+        "{fetched}"
+    );
+    assert!(!report.to_string().contains(token), "{report:#}");
+    assert!(!stderr.contains(token), "{stderr}");
+    metalherd::bmc::redfish::client::install_crypto_provider();
+    let cd = reqwest::Client::new()
+        .get(format!(
+            "{}redfish/v1/Systems/{}/VirtualMedia/Cd",
+            sushy.base(),
+            sushy.opts.systems[0].uuid
+        ))
+        .basic_auth(
+            &sushy.opts.auth.as_ref().unwrap().0,
+            sushy.opts.auth.as_ref().map(|a| &a.1),
+        )
+        .send()
+        .await
+        .unwrap()
+        .json::<Value>()
+        .await
+        .unwrap();
+    assert_eq!(cd["Inserted"], false, "left empty: {cd:#}");
     for step in ["power-off", "power-on", "power-cycle"] {
         let c = check(&report, step);
         assert_ne!(c["status"], "fail", "{step}: {report:#}\n{stderr}");

@@ -22,6 +22,9 @@ pub enum Call {
     Power(PowerAction),
     SetBootOnce(BootDevice, FirmwareMode),
     Inventory,
+    /// `insert_media`, whatever the URL ([`FakeBmc::inserted_media`] has it).
+    InsertMedia,
+    EjectMedia,
     Close,
 }
 
@@ -37,6 +40,8 @@ struct State {
     expected: VecDeque<(Call, Answer)>,
     seen: Vec<Call>,
     unexpected: Vec<String>,
+    /// Every image URL `insert_media` was given, in order.
+    media: Vec<String>,
 }
 
 /// A BMC that answers exactly the calls it was told to expect, in order.
@@ -74,6 +79,14 @@ impl FakeBmc {
     pub fn expect_inventory(&self, answer: Result<Inventory, BmcError>) -> &Self {
         self.push(Call::Inventory, Answer::Inventory(Box::new(answer)))
     }
+    /// An insert of any URL: the caller makes it up with a fresh token, so
+    /// a test reads it afterwards from [`FakeBmc::inserted_media`].
+    pub fn expect_insert_media(&self, answer: Result<(), BmcError>) -> &Self {
+        self.push(Call::InsertMedia, Answer::Unit(answer))
+    }
+    pub fn expect_eject_media(&self, answer: Result<(), BmcError>) -> &Self {
+        self.push(Call::EjectMedia, Answer::Unit(answer))
+    }
     pub fn expect_close(&self) -> &Self {
         self.push(Call::Close, Answer::Unit(Ok(())))
     }
@@ -84,6 +97,11 @@ impl FakeBmc {
             .lock()
             .map(|s| s.seen.clone())
             .unwrap_or_default()
+    }
+
+    /// The image URL of the last `insert_media` call, expected or not.
+    pub fn inserted_media(&self) -> Option<String> {
+        self.state.lock().ok().and_then(|s| s.media.last().cloned())
     }
 
     /// Expected calls that have not happened yet.
@@ -178,6 +196,21 @@ impl Bmc for FakeBmc {
             _ => Err(Self::mismatch("Inventory")),
         }
     }
+    async fn insert_media(&self, image_url: &str) -> Result<(), BmcError> {
+        if let Ok(mut s) = self.state.lock() {
+            s.media.push(image_url.to_string());
+        }
+        match self.take(Call::InsertMedia)? {
+            Answer::Unit(r) => r,
+            _ => Err(Self::mismatch("InsertMedia")),
+        }
+    }
+    async fn eject_media(&self) -> Result<(), BmcError> {
+        match self.take(Call::EjectMedia)? {
+            Answer::Unit(r) => r,
+            _ => Err(Self::mismatch("EjectMedia")),
+        }
+    }
     async fn close(&self) -> Result<(), BmcError> {
         match self.take(Call::Close)? {
             Answer::Unit(r) => r,
@@ -203,6 +236,12 @@ impl Bmc for Shared {
     }
     async fn inventory(&self) -> Result<Inventory, BmcError> {
         self.0.inventory().await
+    }
+    async fn insert_media(&self, image_url: &str) -> Result<(), BmcError> {
+        self.0.insert_media(image_url).await
+    }
+    async fn eject_media(&self) -> Result<(), BmcError> {
+        self.0.eject_media().await
     }
     async fn close(&self) -> Result<(), BmcError> {
         self.0.close().await
@@ -287,6 +326,34 @@ mod tests {
         assert!(f.verify().is_err());
         f.close().await.unwrap();
         f.verify().unwrap();
+    }
+
+    #[tokio::test]
+    async fn virtual_media_calls_are_expected_in_order_and_the_url_is_kept() {
+        let f = FakeBmc::new();
+        f.expect_insert_media(Ok(()))
+            .expect_boot_once(BootDevice::Cd, FirmwareMode::Uefi, Ok(()))
+            .expect_eject_media(Ok(()));
+        let c = FakeConnector::new().with("m1", f.clone());
+        let mut m = Machine::default();
+        m.metadata.name = Some("m1".into());
+        // Through the connector's handle, as the controller holds it.
+        let b = c.connect(&m).await.unwrap();
+        let e = b.eject_media().await.unwrap_err();
+        assert_eq!(e.reason(), "UnexpectedBmcCall", "eject before the insert");
+        b.insert_media("http://10.0.0.1:8080/vmedia/t/boot.iso")
+            .await
+            .unwrap();
+        assert_eq!(
+            f.inserted_media().as_deref(),
+            Some("http://10.0.0.1:8080/vmedia/t/boot.iso")
+        );
+        b.set_boot_once(BootDevice::Cd, FirmwareMode::Uefi)
+            .await
+            .unwrap();
+        b.eject_media().await.unwrap();
+        assert!(f.remaining().is_empty());
+        assert!(f.verify().is_err(), "the early eject is remembered");
     }
 
     #[tokio::test]

@@ -12,6 +12,7 @@ use async_trait::async_trait;
 
 pub mod connector;
 pub mod fake;
+pub mod image_url;
 pub mod metrics;
 pub mod quirks;
 pub mod redfish;
@@ -49,6 +50,9 @@ impl PowerAction {
 pub enum BootDevice {
     Network,
     Disk,
+    /// The CD/DVD drive, virtual media included (Redfish `Cd`, IPMI boot
+    /// device selector 0101b, `chassis bootdev cdrom`).
+    Cd,
 }
 
 /// Firmware mode of a boot override.
@@ -172,6 +176,18 @@ pub enum BmcError {
     /// (another replica may be acting on the same machine).
     #[error("power action on BMC {address} refused: this replica is no longer the leader")]
     NotLeader { address: String },
+    /// The virtual CD does not read back the image just inserted (`wanted`
+    /// and `got` show only scheme, host, port and file name: the URL may
+    /// carry a token).
+    #[error("BMC {address} accepted virtual media {wanted} but reads back {got}")]
+    MediaNotInserted {
+        address: String,
+        wanted: String,
+        got: String,
+    },
+    /// The virtual CD still reads back a media after an eject.
+    #[error("BMC {address} accepted the virtual media eject but still reads back {got}")]
+    MediaNotEjected { address: String, got: String },
     /// A test double got a call it was not told to expect.
     #[error("unexpected BMC call: expected {expected}, got {got}")]
     UnexpectedCall { expected: String, got: String },
@@ -195,6 +211,8 @@ impl BmcError {
             BmcError::TaskFailed { .. } => "BmcTaskFailed",
             BmcError::UnexpectedCall { .. } => "UnexpectedBmcCall",
             BmcError::NotLeader { .. } => "NotLeader",
+            BmcError::MediaNotInserted { .. } => "VirtualMediaNotInserted",
+            BmcError::MediaNotEjected { .. } => "VirtualMediaNotEjected",
         }
     }
 
@@ -207,6 +225,13 @@ impl BmcError {
                 | BmcError::Http { .. }
                 | BmcError::PowerStateNotReached { .. }
                 | BmcError::BootOverrideIgnored { .. }
+                // Some BMCs attach the media a few seconds after they
+                // acknowledge the action (iDRAC's remote file share does):
+                // a later attempt ejects, inserts and reads again. One that
+                // never attaches fails every attempt, visibly, like a boot
+                // override it ignores.
+                | BmcError::MediaNotInserted { .. }
+                | BmcError::MediaNotEjected { .. }
         )
     }
 }
@@ -274,6 +299,27 @@ pub trait Bmc: Send + Sync {
         Err(BmcError::Unsupported {
             address: String::new(),
             what: "storage volumes".into(),
+        })
+    }
+    /// Insert `image_url` into the virtual CD (a media already inserted is
+    /// ejected first), then read it back: `Inserted` and `Image` equal to
+    /// the URL (`MediaNotInserted`). The BMC fetches the image itself,
+    /// possibly all of it before it answers. A BMC without a virtual CD
+    /// answers `Unsupported`. The URL may carry a token: drivers show only
+    /// what [`image_url::redact`] keeps.
+    async fn insert_media(&self, image_url: &str) -> Result<(), BmcError> {
+        let _ = image_url;
+        Err(BmcError::Unsupported {
+            address: String::new(),
+            what: "virtual media".into(),
+        })
+    }
+    /// Eject the virtual CD (ejecting an empty drive is fine) and read it
+    /// back: nothing inserted (`MediaNotEjected`).
+    async fn eject_media(&self) -> Result<(), BmcError> {
+        Err(BmcError::Unsupported {
+            address: String::new(),
+            what: "virtual media".into(),
         })
     }
     /// Names of the quirk entries that apply to this BMC (empty: the

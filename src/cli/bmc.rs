@@ -67,6 +67,8 @@ pub enum PowerArg {
 pub enum DeviceArg {
     Pxe,
     Disk,
+    /// The CD/DVD drive, virtual media included.
+    Cd,
 }
 
 /// Which BMC: a Machine by name, or an address with credentials.
@@ -148,6 +150,7 @@ async fn act(bmc: &dyn Bmc, action: &BmcAction, target: &Target) -> anyhow::Resu
             let d = match device {
                 DeviceArg::Pxe => BootDevice::Network,
                 DeviceArg::Disk => BootDevice::Disk,
+                DeviceArg::Cd => BootDevice::Cd,
             };
             let m = if *legacy {
                 FirmwareMode::Legacy

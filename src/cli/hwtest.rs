@@ -49,6 +49,12 @@ pub struct HwTestArgs {
     /// Enabled or Disabled, flipped. Only with --allow-power-actions.
     #[arg(long, value_name = "NAME=VALUE", value_parser = parse_attribute)]
     pub bios_attribute: Option<(String, String)>,
+    /// An image URL the BMC can fetch (an ISO): the virtual-media check
+    /// inserts it, reads it back, sets a one-time boot from Cd and reads
+    /// that back, ejects it and puts the boot override back. Nothing is
+    /// booted. Only with --allow-power-actions.
+    #[arg(long, value_name = "URL", value_parser = parse_image_url)]
+    pub virtual_media_url: Option<String>,
     /// Find the session limit by opening up to N concurrent sessions (all
     /// are logged out again). A BMC out of sessions locks its operators out
     /// until they expire: keep N small.
@@ -88,6 +94,17 @@ fn parse_attribute(s: &str) -> Result<(String, String), String> {
     match s.split_once('=') {
         Some((n, v)) if !n.is_empty() && !v.is_empty() => Ok((n.to_string(), v.to_string())),
         _ => Err(format!("{s:?}: expected NAME=VALUE")),
+    }
+}
+
+/// An http:// or https:// URL with a host (what InsertMedia can carry).
+fn parse_image_url(s: &str) -> Result<String, String> {
+    match url::Url::parse(s) {
+        Ok(u) if matches!(u.scheme(), "http" | "https") && u.host_str().is_some() => {
+            Ok(s.to_string())
+        }
+        // Not echoed: the URL may carry a token.
+        _ => Err("expected an http:// or https:// URL the BMC can fetch".into()),
     }
 }
 
@@ -133,6 +150,7 @@ pub async fn run_cmd(args: HwTestArgs) -> anyhow::Result<()> {
             boot_macs: args.boot_mac.clone(),
             timeout: Duration::from_secs(args.pxe_timeout),
         }),
+        virtual_media_url: args.virtual_media_url.clone(),
     };
     if !opts.allow_power_actions {
         eprintln!(

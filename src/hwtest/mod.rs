@@ -6,7 +6,9 @@
 //! `allow_power_actions`, the one-time boot override and power off/on/cycle,
 //! plus, on Redfish, what day two needs (BIOS attributes, SimpleUpdate,
 //! storage volumes; with power actions, a BIOS attribute written and
-//! applied at a power cycle), each read back and watched for a while after the BMC says it is done.
+//! applied at a power cycle), and, with power actions and an image URL,
+//! virtual media inserted, booted once from and ejected, each read back and
+//! watched for a while after the BMC says it is done.
 //! What it finds that the quirk table does not yet cover becomes a proposed
 //! `bmc.quirks:` entry. Progress goes to the caller's callback.
 
@@ -17,6 +19,7 @@ pub mod pxe_check;
 pub mod redfish;
 pub mod report;
 pub mod tls;
+pub mod vmedia_check;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -25,7 +28,7 @@ use crate::api::validate::{BmcAddress, parse_bmc_address};
 use crate::bmc::ipmi::{CipherSuite, IpmiBmc};
 use crate::bmc::quirks::{Protocol, QuirkSet, QuirkTable, Quirks};
 use crate::bmc::redfish::TlsMode;
-use crate::bmc::{Bmc, BmcError, Credentials, Timing};
+use crate::bmc::{Bmc, BmcError, BootDevice, Credentials, FirmwareMode, Timing};
 pub use report::{Check, Finding, Report, Status};
 
 /// What to test and how far to go.
@@ -50,6 +53,9 @@ pub struct Options {
     pub settle_window: Duration,
     /// Watch the server PXE-boot (once) through proxy DHCP on an interface.
     pub pxe: Option<pxe::PxeOptions>,
+    /// The image the `virtual-media` check inserts (the BMC fetches it);
+    /// `None` skips the check.
+    pub virtual_media_url: Option<String>,
 }
 
 /// Where progress lines go (the CLI prints them to stderr).
@@ -190,7 +196,10 @@ async fn run_ipmi(
         opts.timing,
     )
     .with_quirks(opts.quirks.clone());
-    let set = power::common(opts, &bmc, &IpmiOverride(&bmc), report, progress).await;
+    let reader = IpmiOverride(&bmc);
+    let set = power::common(opts, &bmc, &reader, report, progress).await;
+    // IPMI has no virtual media: the check says so, and sends nothing.
+    vmedia_check::run(opts, &bmc, &reader, &set, report, progress).await;
     let _ = bmc.close().await;
     set
 }
@@ -204,6 +213,10 @@ pub struct OverrideView {
     pub persistent: bool,
     /// An override is set at all.
     pub active: bool,
+    /// The device it names, when metalherd can set that one again.
+    pub device: Option<BootDevice>,
+    /// The firmware mode it names, when it names one.
+    pub mode: Option<FirmwareMode>,
     pub text: String,
 }
 
@@ -213,6 +226,13 @@ pub trait OverrideReader: Send + Sync {
     async fn read(&self) -> Result<OverrideView, BmcError>;
     /// Quirks the driver uses (resolved through the driver).
     async fn quirks(&self) -> Result<Quirks, BmcError>;
+    /// Clear the override, to leave a server with none as it was found.
+    async fn disable(&self) -> Result<(), BmcError> {
+        Err(BmcError::Unsupported {
+            address: String::new(),
+            what: "clearing the boot override".into(),
+        })
+    }
 }
 
 struct IpmiOverride<'a>(&'a IpmiBmc);
@@ -221,11 +241,21 @@ struct IpmiOverride<'a>(&'a IpmiBmc);
 impl OverrideReader for IpmiOverride<'_> {
     async fn read(&self) -> Result<OverrideView, BmcError> {
         let f = self.0.boot_flags().await?;
-        let valid = f.0[0] & crate::bmc::ipmi::commands::BootFlags::VALID != 0;
+        use crate::bmc::ipmi::commands::BootFlags;
+        let valid = f.0[0] & BootFlags::VALID != 0;
         Ok(OverrideView {
             network: f.device_selector() == 1,
-            persistent: valid && f.0[0] & crate::bmc::ipmi::commands::BootFlags::PERSISTENT != 0,
+            persistent: valid && f.0[0] & BootFlags::PERSISTENT != 0,
             active: valid || f.device_selector() != 0,
+            device: f.device(),
+            // Without the valid bit the flags say nothing of the mode.
+            mode: valid.then(|| {
+                if f.0[0] & BootFlags::EFI != 0 {
+                    FirmwareMode::Uefi
+                } else {
+                    FirmwareMode::Legacy
+                }
+            }),
             text: f.hex(),
         })
     }

@@ -10,10 +10,10 @@ use serde_json::Value;
 
 use super::report::{Report, Status};
 use super::{Options, OverrideReader, OverrideView, Progress, check, secs};
-use crate::bmc::BmcError;
 use crate::bmc::quirks::{QuirkSet, Quirks};
 use crate::bmc::redfish::RedfishBmc;
 use crate::bmc::redfish::client::http_client;
+use crate::bmc::{BmcError, BootDevice, FirmwareMode};
 
 pub async fn run(
     opts: &Options,
@@ -288,6 +288,7 @@ pub async fn run(
         super::day_two::run(&bmc, &sys, report).await;
     }
     let set = super::power::common(opts, &bmc, &reader, report, progress).await;
+    super::vmedia_check::run(opts, &bmc, &reader, &set, report, progress).await;
     super::day_two::bios_applied(opts, &bmc, report, progress).await;
     let _ = crate::bmc::Bmc::close(&bmc).await;
     set
@@ -328,10 +329,24 @@ impl OverrideReader for RedfishOverride<'_> {
             network: target == "Pxe",
             persistent: enabled == "Continuous",
             active: enabled == "Once" || enabled == "Continuous",
+            device: match target {
+                "Pxe" => Some(BootDevice::Network),
+                "Hdd" => Some(BootDevice::Disk),
+                "Cd" => Some(BootDevice::Cd),
+                _ => None,
+            },
+            mode: match mode {
+                "UEFI" => Some(FirmwareMode::Uefi),
+                "Legacy" => Some(FirmwareMode::Legacy),
+                _ => None,
+            },
             text: format!("{target}/{enabled}/{mode}"),
         })
     }
     async fn quirks(&self) -> Result<Quirks, BmcError> {
         self.bmc.quirks().await
+    }
+    async fn disable(&self) -> Result<(), BmcError> {
+        self.bmc.disable_boot_override().await
     }
 }

@@ -1,9 +1,11 @@
 //! The fence between leadership and the BMCs: a [`BmcConnector`] wrapper
 //! whose BMCs check "do we still lead?" right before every action that
-//! changes a server (power, boot override). Once the elector clears the
-//! flag, such a call fails with [`BmcError::NotLeader`] without reaching
-//! the BMC, whatever the controller decided earlier. Reads (power state,
-//! inventory) are harmless and pass.
+//! changes a server (power, boot override, BIOS, firmware, volumes, virtual
+//! media). Once the elector clears the flag, such a call fails with
+//! [`BmcError::NotLeader`] without reaching the BMC, whatever the
+//! controller decided earlier. Reads (power state, inventory) are harmless
+//! and pass. Every method of the [`Bmc`] trait is forwarded here: one the
+//! wrapper forgets falls to the trait's default (`Unsupported`), silently.
 
 use std::sync::Arc;
 
@@ -98,6 +100,14 @@ impl Bmc for FencedBmc {
         self.check()?;
         self.inner.create_volume(volume).await
     }
+    async fn insert_media(&self, image_url: &str) -> Result<(), BmcError> {
+        self.check()?;
+        self.inner.insert_media(image_url).await
+    }
+    async fn eject_media(&self) -> Result<(), BmcError> {
+        self.check()?;
+        self.inner.eject_media().await
+    }
     async fn applied_quirks(&self) -> Result<Vec<String>, BmcError> {
         self.inner.applied_quirks().await
     }
@@ -175,6 +185,33 @@ mod tests {
                 .unwrap_err()
         ));
         assert!(reached(conn.firmware_versions().await.unwrap_err()));
+    }
+
+    /// Virtual media changes what a server boots: fenced like a boot
+    /// override, and forwarded (URL and all) while leading.
+    #[tokio::test]
+    async fn virtual_media_is_fenced_and_otherwise_reaches_the_driver() {
+        let bmc = FakeBmc::new();
+        bmc.expect_insert_media(Ok(())).expect_eject_media(Ok(()));
+        let (tx, rx) = watch::channel(true);
+        let c = FencedConnector::new(Arc::new(FakeConnector::new().with("m1", bmc.clone())), rx);
+        let conn = c.connect(&machine()).await.unwrap();
+        conn.insert_media("http://10.0.0.1/vmedia/t/boot.iso")
+            .await
+            .unwrap();
+        conn.eject_media().await.unwrap();
+        bmc.verify().unwrap();
+        assert_eq!(
+            bmc.inserted_media().as_deref(),
+            Some("http://10.0.0.1/vmedia/t/boot.iso")
+        );
+        tx.send_replace(false);
+        let fenced = |e: BmcError| matches!(e, BmcError::NotLeader { .. });
+        assert!(fenced(
+            conn.insert_media("http://x/b.iso").await.unwrap_err()
+        ));
+        assert!(fenced(conn.eject_media().await.unwrap_err()));
+        assert_eq!(bmc.calls().len(), 2, "nothing reached the BMC once fenced");
     }
 
     #[tokio::test]

@@ -68,7 +68,7 @@ impl BootFlags {
     pub const EFI: u8 = 0x20;
 
     /// One-time override (no persistent bit), as ipmitool's
-    /// `chassis bootdev pxe|disk [options=efiboot]` sends it.
+    /// `chassis bootdev pxe|disk|cdrom [options=efiboot]` sends it.
     pub fn one_time(device: BootDevice, mode: FirmwareMode) -> BootFlags {
         let mut b0 = Self::VALID;
         if mode == FirmwareMode::Uefi {
@@ -77,8 +77,20 @@ impl BootFlags {
         let dev = match device {
             BootDevice::Network => 0x04,
             BootDevice::Disk => 0x08,
+            // Selector 0101b: CD/DVD.
+            BootDevice::Cd => 0x14,
         };
         BootFlags([b0, dev, 0, 0, 0])
+    }
+
+    /// The device the selector names, when it is one metalherd sets.
+    pub fn device(&self) -> Option<BootDevice> {
+        match self.device_selector() {
+            0x01 => Some(BootDevice::Network),
+            0x02 => Some(BootDevice::Disk),
+            0x05 => Some(BootDevice::Cd),
+            _ => None,
+        }
     }
 
     /// Boot device selector (bits 5:2 of byte 2).

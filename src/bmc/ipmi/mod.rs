@@ -156,6 +156,15 @@ impl IpmiBmc {
         e.into_bmc_error(&self.link.address)
     }
 
+    /// IPMI has no virtual media (vendors add it over their web UI or
+    /// Redfish); nothing is sent.
+    fn no_virtual_media(&self) -> BmcError {
+        BmcError::Unsupported {
+            address: self.link.address.clone(),
+            what: "virtual media over IPMI (use the BMC's Redfish address)".into(),
+        }
+    }
+
     /// Current boot flags (parameter 5), as read back from the BMC.
     pub async fn boot_flags(&self) -> Result<BootFlags, BmcError> {
         let d = self
@@ -390,6 +399,15 @@ impl Bmc for IpmiBmc {
             firmware_version: Some(id.firmware),
             ..Inventory::default()
         })
+    }
+
+    async fn insert_media(&self, image_url: &str) -> Result<(), BmcError> {
+        let _ = image_url;
+        Err(self.no_virtual_media())
+    }
+
+    async fn eject_media(&self) -> Result<(), BmcError> {
+        Err(self.no_virtual_media())
     }
 
     async fn applied_quirks(&self) -> Result<Vec<String>, BmcError> {

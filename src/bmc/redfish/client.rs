@@ -1,5 +1,6 @@
-//! The HTTP edge of the Redfish driver: one reqwest client per BMC, TLS
-//! (CA bundle, system roots, or an explicit insecure choice), authentication
+//! The HTTP edge of the Redfish driver: one transport per BMC over a shared
+//! reqwest client ([`super::clients`]: TLS by CA bundle, system roots, or an
+//! explicit insecure choice), authentication
 //! (SessionService `X-Auth-Token` with re-login on expiry, Basic otherwise),
 //! retries of 5xx answers, status-to-error mapping and task monitors.
 //!
@@ -7,7 +8,6 @@
 //! The password goes into exactly two places: the Basic header and the
 //! session login body. It never reaches an error or a log line.
 
-use std::collections::HashMap;
 use std::time::Duration;
 
 use base64::Engine;
@@ -18,20 +18,11 @@ use serde_json::{Value, json};
 use tokio::sync::Mutex;
 use tokio::time::Instant;
 
+use super::clients::shared_client;
+pub use super::clients::{ClientBuildError, TlsMode, http_client, install_crypto_provider};
 use super::logic::{self, RetryPolicy, TaskOutcome};
 use super::model::{self, ErrorBody, Task};
 use crate::bmc::{BmcError, Credentials, Timing};
-
-/// How the BMC's certificate is checked.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub enum TlsMode {
-    /// The platform's trust store.
-    SystemRoots,
-    /// Only these PEM certificates (the Machine's CA bundle).
-    CaBundle(String),
-    /// No verification: only when the Machine says so explicitly.
-    Insecure,
-}
 
 /// An HTTP answer the driver looks at.
 #[derive(Clone, Debug)]
@@ -85,80 +76,6 @@ impl std::fmt::Debug for Transport {
             .field("creds", &self.creds)
             .finish_non_exhaustive()
     }
-}
-
-/// Install the process-wide rustls provider (ring) once; a second call is a no-op.
-pub fn install_crypto_provider() {
-    let _ = rustls::crypto::ring::default_provider().install_default();
-}
-
-/// Clients kept per (TLS mode, timeouts). A reqwest client holds the TLS
-/// configuration and trust store (about 250 KiB with the system roots) and
-/// a connection pool per host, so BMCs that trust the same roots share one;
-/// a Machine with its own CA bundle gets its own.
-static CLIENTS: std::sync::LazyLock<
-    std::sync::Mutex<HashMap<(TlsMode, Duration), reqwest::Client>>,
-> = std::sync::LazyLock::new(Default::default);
-
-/// More distinct TLS settings than this and the cache starts over (clients
-/// in use stay alive through their drivers).
-const MAX_CACHED_CLIENTS: usize = 512;
-
-/// Why no HTTP client could be built for a BMC's TLS settings.
-#[derive(Debug, thiserror::Error)]
-pub enum ClientBuildError {
-    #[error("CA bundle: {0}")]
-    CaBundle(#[source] reqwest::Error),
-    #[error("CA bundle holds no certificate")]
-    EmptyCaBundle,
-    #[error("HTTP client: {0}")]
-    Build(#[source] reqwest::Error),
-}
-
-/// The HTTP client the driver would use for these TLS settings (shared).
-pub fn http_client(tls: &TlsMode, timing: &Timing) -> Result<reqwest::Client, ClientBuildError> {
-    shared_client(tls, timing)
-}
-
-fn shared_client(tls: &TlsMode, timing: &Timing) -> Result<reqwest::Client, ClientBuildError> {
-    let key = (tls.clone(), timing.request_timeout);
-    if let Ok(cache) = CLIENTS.lock()
-        && let Some(c) = cache.get(&key)
-    {
-        return Ok(c.clone());
-    }
-    let client = build_client(tls, timing)?;
-    if let Ok(mut cache) = CLIENTS.lock() {
-        if cache.len() >= MAX_CACHED_CLIENTS {
-            cache.clear();
-        }
-        cache.insert(key, client.clone());
-    }
-    Ok(client)
-}
-
-fn build_client(tls: &TlsMode, timing: &Timing) -> Result<reqwest::Client, ClientBuildError> {
-    install_crypto_provider();
-    let mut b = reqwest::Client::builder()
-        .timeout(timing.request_timeout)
-        .connect_timeout(timing.request_timeout)
-        .pool_max_idle_per_host(2)
-        .pool_idle_timeout(Duration::from_secs(30))
-        .redirect(reqwest::redirect::Policy::none())
-        .user_agent(concat!("metalherd/", env!("CARGO_PKG_VERSION")));
-    match tls {
-        TlsMode::SystemRoots => {}
-        TlsMode::CaBundle(pem) => {
-            let certs = reqwest::Certificate::from_pem_bundle(pem.as_bytes())
-                .map_err(ClientBuildError::CaBundle)?;
-            if certs.is_empty() {
-                return Err(ClientBuildError::EmptyCaBundle);
-            }
-            b = b.tls_certs_only(certs);
-        }
-        TlsMode::Insecure => b = b.tls_danger_accept_invalid_certs(true),
-    }
-    b.build().map_err(ClientBuildError::Build)
 }
 
 impl Transport {
@@ -337,7 +254,10 @@ impl Transport {
     /// GET once, without retries, for resources a BMC may lack or break
     /// (Storage on sushy-tools answers 500): `None` on any failure.
     pub async fn get_optional<T: DeserializeOwned>(&self, path: &str) -> Option<T> {
-        match self.send_with(Method::GET, path, None, None, 1).await {
+        match self
+            .send_with(Method::GET, path, None, None, How::once())
+            .await
+        {
             Ok(r) => r.json(&self.address).ok(),
             Err(e) => {
                 tracing::debug!(address = %self.address, path, reason = e.reason(), "optional resource skipped");
@@ -356,7 +276,32 @@ impl Transport {
         body: Option<&Value>,
         if_match: Option<&str>,
     ) -> Result<Reply, BmcError> {
-        self.send_with(method, path, body, if_match, self.retry.max_attempts)
+        let how = How {
+            attempts: self.retry.max_attempts,
+            ..How::once()
+        };
+        self.send_with(method, path, body, if_match, how).await
+    }
+
+    /// POST once, never retried (a retry would repeat whatever the BMC
+    /// does before it answers), with its own deadline instead of the
+    /// per-request timeout: for actions that may last minutes, such as an
+    /// InsertMedia during which the BMC downloads the whole image. `hide`:
+    /// a URL in the body that the BMC's error text may quote back (it
+    /// carries a token); it is scrubbed from the error.
+    pub async fn post_once(
+        &self,
+        path: &str,
+        body: &Value,
+        timeout: Duration,
+        hide: Option<&str>,
+    ) -> Result<Reply, BmcError> {
+        let how = How {
+            timeout: Some(timeout),
+            hide,
+            ..How::once()
+        };
+        self.send_with(Method::POST, path, Some(body), None, how)
             .await
     }
 
@@ -366,8 +311,13 @@ impl Transport {
         path: &str,
         body: Option<&Value>,
         if_match: Option<&str>,
-        max_attempts: u32,
+        how: How<'_>,
     ) -> Result<Reply, BmcError> {
+        let How {
+            attempts: max_attempts,
+            timeout,
+            hide,
+        } = how;
         let url = self.url(path)?;
         let idempotent = method == Method::GET || method == Method::DELETE;
         let mut relogged = false;
@@ -386,10 +336,18 @@ impl Transport {
             if let Some(b) = body {
                 req = req.json(b);
             }
+            if let Some(t) = timeout {
+                req = req.timeout(t);
+            }
             let resp = match req.send().await {
                 Ok(r) => r,
                 Err(e) => {
-                    let err = self.transport_error(e);
+                    let err = match (self.transport_error(e), timeout) {
+                        (BmcError::Timeout { address, .. }, Some(after)) => {
+                            BmcError::Timeout { address, after }
+                        }
+                        (other, _) => other,
+                    };
                     if idempotent
                         && matches!(err, BmcError::Unreachable { .. })
                         && attempt < max_attempts
@@ -436,7 +394,11 @@ impl Transport {
                 });
             }
             if !(200..300).contains(&status) {
-                return Err(self.http_error(status, &body_bytes));
+                return Err(BmcError::Http {
+                    address: self.address.clone(),
+                    status,
+                    detail: ErrorBody::summary_hiding(&body_bytes, hide),
+                });
             }
             return Ok(Reply {
                 status,
@@ -542,6 +504,28 @@ impl Transport {
         BmcError::Unreachable {
             address: self.address.clone(),
             detail: chain,
+        }
+    }
+}
+
+/// How one request is sent.
+#[derive(Clone, Copy)]
+struct How<'a> {
+    /// Attempts in all (5xx answers and, for idempotent requests,
+    /// transport failures are retried until then).
+    attempts: u32,
+    /// Instead of the per-request timeout.
+    timeout: Option<Duration>,
+    /// Text the request carries that an error must not quote.
+    hide: Option<&'a str>,
+}
+
+impl How<'_> {
+    fn once() -> Self {
+        How {
+            attempts: 1,
+            timeout: None,
+            hide: None,
         }
     }
 }

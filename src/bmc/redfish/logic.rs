@@ -1,6 +1,7 @@
 //! Pure Redfish decisions: which ResetType to send, what Boot PATCH to make
 //! and whether its read-back matches, how to read a PowerState, when to
-//! retry, and how a system's documents become an [`Inventory`]. No I/O.
+//! retry, and how a system's documents become an [`Inventory`]. Virtual
+//! media's decisions are in [`super::vmedia_logic`]. No I/O.
 
 use std::time::Duration;
 
@@ -113,6 +114,7 @@ pub fn boot_target(device: BootDevice) -> &'static str {
     match device {
         BootDevice::Network => "Pxe",
         BootDevice::Disk => "Hdd",
+        BootDevice::Cd => "Cd",
     }
 }
 
@@ -182,17 +184,29 @@ pub fn check_boot_readback(
     } else {
         format!("{want_target}/Once")
     };
-    let got = format!(
-        "{}/{}/{}",
-        got.boot_source_override_target.as_deref().unwrap_or("-"),
-        got.boot_source_override_enabled.as_deref().unwrap_or("-"),
-        got.boot_source_override_mode.as_deref().unwrap_or("-"),
-    );
     Err(BootMismatch {
         wanted,
-        got,
+        got: boot_text(got),
         kept_continuous: target_ok && mode_ok && continuous,
     })
+}
+
+/// An override as `target/enabled/mode` (`-` for what is not reported).
+pub fn boot_text(b: &Boot) -> String {
+    format!(
+        "{}/{}/{}",
+        b.boot_source_override_target.as_deref().unwrap_or("-"),
+        b.boot_source_override_enabled.as_deref().unwrap_or("-"),
+        b.boot_source_override_mode.as_deref().unwrap_or("-"),
+    )
+}
+
+/// Whether an override is in effect (`Once` or `Continuous`).
+pub fn override_active(b: &Boot) -> bool {
+    matches!(
+        b.boot_source_override_enabled.as_deref(),
+        Some("Once" | "Continuous")
+    )
 }
 
 /// A read-back override that is not the one sent (see

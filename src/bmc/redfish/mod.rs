@@ -1,16 +1,22 @@
 //! Redfish driver: finds the System (from the address path, or the only one
 //! the service has), logs in, and performs verified actions — power with
-//! polling until reached, one-time boot override with read-back — and reads
-//! inventory. Decisions are pure functions in [`logic`]; HTTP lives in
-//! [`client`]; vendor differences are rows of the [`QuirkTable`]
-//! (built-in plus config), resolved once per connection.
+//! polling until reached, one-time boot override with read-back ([`boot`]),
+//! virtual media inserted and ejected with read-back ([`vmedia`]) — and
+//! reads inventory. Decisions are pure functions in [`logic`] and
+//! [`vmedia_logic`]; HTTP lives in [`client`]; vendor differences are rows
+//! of the [`QuirkTable`] (built-in plus config), resolved once per
+//! connection.
 
+pub mod boot;
 pub mod client;
+mod clients;
 pub mod firmware;
 pub mod logic;
 pub mod model;
 #[cfg(test)]
 mod tests;
+pub mod vmedia;
+pub mod vmedia_logic;
 pub mod volumes;
 
 use async_trait::async_trait;
@@ -23,8 +29,8 @@ use crate::bmc::quirks::{BmcIdentity, Protocol, QuirkTable, Quirks};
 pub use client::{TlsMode, Transport};
 use logic::{PowerPlan, RetryPolicy};
 use model::{
-    ActionInfo, BootHolder, Collection, ComputerSystem, Drive, EthernetInterface, ServiceRoot,
-    SimpleStorage, Storage,
+    ActionInfo, Collection, ComputerSystem, Drive, EthernetInterface, ServiceRoot, SimpleStorage,
+    Storage,
 };
 use std::sync::Arc;
 
@@ -290,64 +296,6 @@ impl RedfishBmc {
         self.wait_power(action.target()).await
     }
 
-    async fn do_boot(&self, device: BootDevice, mode: FirmwareMode) -> Result<(), BmcError> {
-        let (sys, quirks) = self.system().await?;
-        let allowed = &sys.boot.target_allowable_values;
-        let target = logic::boot_target(device);
-        if !allowed.is_empty() && !allowed.iter().any(|a| a == target) {
-            return Err(BmcError::Unsupported {
-                address: self.address().to_string(),
-                what: format!("boot override target {target} (allowed: {allowed:?})"),
-            });
-        }
-        let sent_mode = logic::boot_sends_mode(&sys.boot, quirks);
-        let body = logic::boot_patch(device, mode, &sys.boot, quirks);
-        let kept_ok = quirks.once_kept_as_continuous;
-        // Changes go to the settings object when the BMC advertises one.
-        let patch_path =
-            model::settings_path(&sys.settings).unwrap_or_else(|| sys.odata_id.clone());
-        let patch_path = if patch_path.is_empty() {
-            self.resolve().await?.system_path.clone()
-        } else {
-            patch_path
-        };
-        let etag = if quirks.boot_needs_etag {
-            self.t.get(&patch_path).await?.etag
-        } else {
-            None
-        };
-        match self
-            .t
-            .act(Method::PATCH, &patch_path, &body, etag.as_deref())
-            .await
-        {
-            Ok(_) => {}
-            // The BMC wants If-Match (428) or our tag went stale (412):
-            // read the current tag and try once more with it.
-            Err(BmcError::Http { status, .. }) if status == 412 || status == 428 => {
-                let tag = self.t.get(&patch_path).await?.etag;
-                let Some(tag) = tag else {
-                    return Err(self.protocol(format!(
-                        "PATCH {patch_path} needs If-Match but the resource has no ETag"
-                    )));
-                };
-                self.t
-                    .act(Method::PATCH, &patch_path, &body, Some(&tag))
-                    .await?;
-            }
-            Err(e) => return Err(e),
-        }
-        let (got, _) = self.t.get_json::<BootHolder>(&patch_path).await?;
-        logic::check_boot_readback(device, mode, sent_mode, kept_ok, &got.boot).map_err(|m| {
-            BmcError::BootOverrideIgnored {
-                address: self.address().to_string(),
-                wanted: m.wanted,
-                got: m.got,
-                kept_continuous: m.kept_continuous,
-            }
-        })
-    }
-
     async fn do_inventory(&self) -> Result<Inventory, BmcError> {
         let (sys, _) = self.system().await?;
         let mut inv = logic::system_inventory(&sys);
@@ -531,6 +479,24 @@ impl Bmc for RedfishBmc {
             self.span("create_volume"),
             "create_volume",
             self.do_create_volume(volume),
+        )
+        .await
+    }
+
+    async fn insert_media(&self, image_url: &str) -> Result<(), BmcError> {
+        observed(
+            self.span("insert_media"),
+            "insert_media",
+            self.do_insert_media(image_url),
+        )
+        .await
+    }
+
+    async fn eject_media(&self) -> Result<(), BmcError> {
+        observed(
+            self.span("eject_media"),
+            "eject_media",
+            self.do_eject_media(),
         )
         .await
     }

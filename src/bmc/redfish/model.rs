@@ -61,10 +61,58 @@ pub struct ComputerSystem {
     pub storage: Option<Link>,
     pub bios: Option<Link>,
     pub secure_boot: Option<Link>,
+    pub virtual_media: Option<Link>,
+    pub links: SystemLinks,
     pub actions: SystemActions,
     #[serde(rename = "@Redfish.Settings")]
     pub settings: Option<Settings>,
     pub oem: serde_json::Map<String, serde_json::Value>,
+}
+
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(default, rename_all = "PascalCase")]
+pub struct SystemLinks {
+    /// The Managers (BMCs) of the System; the first one is asked for
+    /// virtual media when the System links none.
+    pub managed_by: Vec<Link>,
+}
+
+/// A Manager (the parts metalherd reads).
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(default, rename_all = "PascalCase")]
+pub struct Manager {
+    pub virtual_media: Option<Link>,
+}
+
+/// A `VirtualMedia` member: one virtual drive and what it holds.
+#[derive(Clone, Debug, Default, Deserialize, PartialEq, Eq)]
+#[serde(default, rename_all = "PascalCase")]
+pub struct VirtualMedia {
+    #[serde(rename = "@odata.id")]
+    pub odata_id: String,
+    pub id: Option<String>,
+    /// `CD`, `DVD`, `Floppy`, `USBStick`, ...; open.
+    pub media_types: Vec<String>,
+    pub image: Option<String>,
+    pub inserted: Option<bool>,
+    pub write_protected: Option<bool>,
+    pub actions: VirtualMediaActions,
+}
+
+#[derive(Clone, Debug, Default, Deserialize, PartialEq, Eq)]
+#[serde(default)]
+pub struct VirtualMediaActions {
+    #[serde(rename = "#VirtualMedia.InsertMedia")]
+    pub insert: Option<ActionTarget>,
+    #[serde(rename = "#VirtualMedia.EjectMedia")]
+    pub eject: Option<ActionTarget>,
+}
+
+/// An action's `target` URI.
+#[derive(Clone, Debug, Default, Deserialize, PartialEq, Eq)]
+#[serde(default)]
+pub struct ActionTarget {
+    pub target: Option<String>,
 }
 
 /// A System's `SecureBoot` resource (the parts metalherd reads).
@@ -253,6 +301,13 @@ pub struct ErrorDetail {
 impl ErrorBody {
     /// A short, single-line description for an error message.
     pub fn summary(body: &[u8]) -> String {
+        Self::summary_hiding(body, None)
+    }
+
+    /// [`Self::summary`] with every quote of `hide` (an image URL the
+    /// request carried, with a token in it) scrubbed before the text is
+    /// cut, so no part of it survives the cut.
+    pub fn summary_hiding(body: &[u8], hide: Option<&str>) -> String {
         let parsed: Option<ErrorBody> = serde_json::from_slice(body).ok();
         let text = parsed
             .and_then(|b| {
@@ -264,6 +319,10 @@ impl ErrorBody {
                     .or(b.error.code)
             })
             .unwrap_or_else(|| String::from_utf8_lossy(body).into_owned());
+        let text = match hide {
+            Some(h) => crate::bmc::image_url::scrub(&text, h),
+            None => text,
+        };
         let one_line: String = text.split_whitespace().collect::<Vec<_>>().join(" ");
         truncate(&one_line, 200)
     }

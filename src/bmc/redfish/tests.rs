@@ -325,6 +325,22 @@ fn error_bodies_are_summarised() {
     assert_eq!(ErrorBody::summary(b"plain text"), "plain text");
     let long = "x".repeat(1000);
     assert!(ErrorBody::summary(long.as_bytes()).len() < 220);
+    // What sushy-tools says when it cannot fetch an image: the URL's path
+    // comes past the 200-byte cut. Scrubbed before the cut, no part of the
+    // token is left.
+    let url = "http://127.0.0.1:41125/vmedia/7c1f0e9a5b3d4e21/boot.iso";
+    let sushy = json!({"error": {"message": format!(
+        "Failed fetching image from URL {url}: HTTPConnectionPool(host='127.0.0.1', port=41125): \
+         Max retries exceeded with url: /vmedia/7c1f0e9a5b3d4e21/boot.iso (Caused by \
+         NewConnectionError: Failed to establish a new connection: [Errno 111] Connection refused)")}});
+    let body = sushy.to_string();
+    assert!(ErrorBody::summary(body.as_bytes()).contains("7c1f0e9a"));
+    let hidden = ErrorBody::summary_hiding(body.as_bytes(), Some(url));
+    assert!(!hidden.contains("7c1f0e"), "{hidden}");
+    assert!(
+        hidden.contains("http://127.0.0.1:41125/.../boot.iso"),
+        "{hidden}"
+    );
 }
 
 #[test]

@@ -25,6 +25,22 @@ fn boot_flags_and_read_back_rule() {
 }
 
 #[test]
+fn cd_is_boot_device_selector_five_as_ipmitool_sends_cdrom() {
+    // `ipmitool chassis bootdev cdrom options=efiboot`: a0 14 00 00 00.
+    let cd = BootFlags::one_time(BootDevice::Cd, FirmwareMode::Uefi);
+    assert_eq!(cd.hex(), "a014000000");
+    assert_eq!(cd.device_selector(), 0x05);
+    for d in [BootDevice::Network, BootDevice::Disk, BootDevice::Cd] {
+        assert_eq!(
+            BootFlags::one_time(d, FirmwareMode::Legacy).device(),
+            Some(d)
+        );
+    }
+    assert_eq!(BootFlags([0x80, 0x00, 0, 0, 0]).device(), None);
+    assert!(!BootFlags([0xa0, 0x04, 0, 0, 0]).honours(&cd));
+}
+
+#[test]
 fn chassis_control_codes() {
     use PowerAction::*;
     assert_eq!(chassis_control_code(On, PowerState::Off), 1);
