@@ -33,6 +33,8 @@ pub const DHCP_LEASE_FILE: &str = "dhcp-leases.redb";
 pub const DHCP_JOURNAL_FILES: [&str; 2] = ["dhcp-leases.journal.0", "dhcp-leases.journal.1"];
 /// Boot HTTP's image cache: verified images named by their sha256.
 pub const IMAGE_CACHE_DIR: &str = "cache";
+/// Boot HTTP's virtual media ISOs, one per boot (`<boot id>.iso`).
+pub const VMEDIA_DIR: &str = "vmedia";
 
 /// Create the data directory (0700) and prove it is writable, with one
 /// clear line when it is not. The directory holds secrets (API token, boot

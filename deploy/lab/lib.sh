@@ -148,14 +148,21 @@ XML
 # so its power actions start and stop the VMs.
 lab_sushy_up() {
   local ns=$1 run=$2 port=$3 venv=$4
+  # Its state (virtual media) and downloads (the ISOs VirtualMedia
+  # inserts) stay in the lab; an inserted ISO becomes a volume of the
+  # lab's pool `metalherd-lab`, the CD the VM boots.
+  mkdir -p "$run/sushy-state" "$run/sushy-tmp"
+  lab_pool_up "$run"
   cat > "$run/sushy.conf" <<CONF
 SUSHY_EMULATOR_LISTEN_IP = '127.0.0.1'
 SUSHY_EMULATOR_LISTEN_PORT = $port
 SUSHY_EMULATOR_LIBVIRT_URI = 'qemu:///system?socket=$run/libvirt/libvirt-sock'
 SUSHY_EMULATOR_BOOT_LOADER_MAP = {'UEFI': {'x86_64': '/usr/share/OVMF/OVMF_CODE_4M.fd'}, 'Legacy': {'x86_64': None}}
+SUSHY_EMULATOR_STATE_DIR = '$run/sushy-state'
+SUSHY_EMULATOR_STORAGE_POOL = 'metalherd-lab'
 ${LAB_SUSHY_EXTRA:-}
 CONF
-  ip netns exec "$ns" "$venv/bin/sushy-emulator" --config "$run/sushy.conf" > "$run/sushy.log" 2>&1 &
+  TMPDIR="$run/sushy-tmp" ip netns exec "$ns" "$venv/bin/sushy-emulator" --config "$run/sushy.conf" > "$run/sushy.log" 2>&1 &
   echo $! > "$run/sushy.pid"
   for _ in $(seq 1 150); do
     ip netns exec "$ns" curl -fs "http://127.0.0.1:$port/redfish/v1/" >/dev/null 2>&1 && return 0
@@ -179,11 +186,8 @@ CONF
 # It stops with sushy-tools (or after six hours). Log: RUN/raid.log.
 lab_raid_up() {
   local ns=$1 run=$2 port=$3; shift 3
-  mkdir -p "$run/pool" "$run/raid"
-  # libvirtd keeps a running pool's state across its restarts: one an
-  # earlier lab left goes first.
-  lab_virsh "$run" pool-destroy metalherd-lab >/dev/null 2>&1 || true
-  lab_virsh "$run" pool-create-as metalherd-lab dir --target "$run/pool" >/dev/null
+  mkdir -p "$run/raid"
+  lab_pool_up "$run"
   (
     set +eu +o pipefail
     # Bounded: it ends with the emulator it reads, and after six hours.
@@ -194,6 +198,15 @@ lab_raid_up() {
     done
   ) >> "$run/raid.log" 2>&1 &
   echo $! > "$run/raid.pid"
+}
+
+# lab_pool_up RUN: the lab's transient storage pool `metalherd-lab` under
+# RUN/pool (sushy-tools' volumes: RAID volumes, virtual media ISOs), once.
+lab_pool_up() {
+  local run=$1
+  mkdir -p "$run/pool"
+  lab_virsh "$run" pool-info metalherd-lab >/dev/null 2>&1 && return 0
+  lab_virsh "$run" pool-create-as metalherd-lab dir --target "$run/pool" >/dev/null
 }
 
 # lab_raid_pass NS RUN PORT NAME UUID: one pass of lab_raid_up for one VM.
@@ -276,7 +289,12 @@ lab_down() {
 # (10.89.0.0/24 exists only inside the lab namespace).
 lab_config() {
   local run=$1 br=$2 root=$3
-  cat > "$run/config.yaml" <<CONF
+  # LAB_NO_DHCP=1: no DHCP server on the rack's network at all (virtual
+  # media boots).
+  if [ "${LAB_NO_DHCP:-}" = 1 ]; then
+    : > "$run/config.yaml"
+  else
+    cat > "$run/config.yaml" <<CONF
 dhcp:
   interface: $br
   serverAddress: 10.89.0.1
@@ -286,6 +304,9 @@ dhcp:
     ranges: [{start: 10.89.0.100, end: 10.89.0.150}]
     router: 10.89.0.1
     dns: [10.89.0.1]
+CONF
+  fi
+  cat >> "$run/config.yaml" <<CONF
 tftp:
   listen: 10.89.0.1:69
   root: $root/boot-assets
@@ -385,6 +406,9 @@ YAML
   [ -z "$hints" ] || echo "  rootDeviceHints: $hints"
   eval "secure=\${LAB_SECURE_BOOT_VM$i:-}"
   [ -z "$secure" ] || echo "  secureBoot: $secure"
+  local boot
+  eval "boot=\${LAB_BOOT_VM$i:-}"
+  [ -z "$boot" ] || echo "  boot: $boot"
 }
 
 # lab_kube_up NS RUN [TOKEN]: a real Kubernetes control plane for the rack,
@@ -597,6 +621,10 @@ spec:
   nodeTaints: [{key: metalherd.dev/lab, value: "true", effect: PreferNoSchedule}]
   # Kept across installs when the disk has it (the tests give each VM one).
   preservePartitions: [data]
+  # An emulated VM on a busy host finds its disks slowly: its initramfs
+  # waits up to 10 minutes for the root device (systemd's 90 s default
+  # has run out there), as it does for every other unit's start.
+  kernelArgs: [systemd.default_timeout_start_sec=600, rd.retry=600]
   files:
   - path: /etc/cni/net.d/10-lab.conflist
     contents: |

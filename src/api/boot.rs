@@ -97,6 +97,14 @@ open_words! {
         Initrd = "Initrd",
         /// Another cached image was served.
         Image = "Image",
+        /// The controller inserted the boot ISO into the BMC's virtual CD
+        /// (the detail names the drive's new image, without its token).
+        MediaInserted = "MediaInserted",
+        /// The boot ISO was served (to the BMC, with the boot's media
+        /// token); recorded once per boot.
+        Media = "Media",
+        /// The controller ejected the boot ISO after the boot.
+        MediaEjected = "MediaEjected",
         /// A file from the assets directory was served.
         Asset = "Asset",
         /// An Ignition config was served.
@@ -136,6 +144,9 @@ impl BootStep {
         matches!(
             self,
             BootStep::Ignition
+                | BootStep::MediaInserted
+                | BootStep::Media
+                | BootStep::MediaEjected
                 | BootStep::Installed
                 | BootStep::Failed
                 | BootStep::Booted

@@ -103,6 +103,13 @@ pub struct MachineSpec {
     /// SecureBoot resource), off when it reports nothing.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub secure_boot: Option<bool>,
+    /// How the server boots its installer: over the network (DHCP, then
+    /// iPXE or the signed shim) or from an ISO metalherd builds and inserts
+    /// into the BMC's Redfish virtual CD (`virtualMedia`: no DHCP or PXE
+    /// needed; the live system takes `spec.network`'s static address).
+    /// Absent: as the class says, else `network`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub boot: Option<BootMethod>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub network: Option<MachineNetwork>,
     /// The MachineClass this server should run; absent means "keep it
@@ -158,6 +165,17 @@ pub enum BootMode {
     #[serde(rename = "UEFI")]
     Uefi,
     Legacy,
+}
+
+/// How a server boots its installer (`spec.boot` of a Machine or class).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub enum BootMethod {
+    /// DHCP and PXE (iPXE, or shim and GRUB under Secure Boot).
+    #[default]
+    Network,
+    /// An ISO inserted through Redfish `VirtualMedia`, booted once from CD.
+    VirtualMedia,
 }
 
 /// Static network settings of the provisioned server.

@@ -87,6 +87,10 @@ pub struct MachineClassSpec {
     /// one as the disk the install writes.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub volumes: Vec<VolumeSpec>,
+    /// How this class's servers boot the installer (a Machine's own
+    /// `spec.boot` wins): `network` (the default) or `virtualMedia`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub boot: Option<super::BootMethod>,
 }
 
 /// A RAID volume: its name, level, member drives and size.

@@ -95,6 +95,9 @@ pub(super) async fn start(
                 settings.data_dir.join(crate::datadir::IMAGE_CACHE_DIR),
             ),
             base_url: settings.base_url.clone(),
+            // The file boot HTTP loads too (created here when absent).
+            key: crate::http::boot::token::TokenKey::load_or_create(&settings.data_dir)
+                .context("boot token key")?,
         })
             as Arc<dyn crate::controller::machine::execute::FirmwareImages>);
         boot_state = Some(

@@ -123,6 +123,7 @@ async fn a_deprovisioning_boot_gets_the_wiper_and_wiped_lets_the_machine_go() {
             installs: "r1".into(),
             kubelet_version: "v1.33.2".into(),
             wipe_on_deprovision: true,
+            boot: None,
             bios: Default::default(),
             firmware: Vec::new(),
             volumes: Vec::new(),

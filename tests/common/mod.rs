@@ -20,6 +20,7 @@ pub mod kubectl_diff;
 pub mod lab;
 pub mod lab_config;
 pub mod lab_disk;
+pub mod lab_leaks;
 pub mod lab_nodes;
 pub mod lan;
 pub mod manifests;

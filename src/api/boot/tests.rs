@@ -21,6 +21,9 @@ fn wire_words_are_unchanged() {
             "Kernel",
             "Initrd",
             "Image",
+            "MediaInserted",
+            "Media",
+            "MediaEjected",
             "Asset",
             "Ignition",
             "Installed",
@@ -175,7 +178,10 @@ const SHARED_WORDS: [&str; 2] = ["install", "timeout"];
 
 /// Lines where one of the words belongs to another vocabulary: (file, a
 /// piece of the line).
-const OTHER_VOCABULARIES: [(&str, &str); 5] = [
+const OTHER_VOCABULARIES: [(&str, &str); 7] = [
+    // Redfish VirtualMedia's `Image` property (the inserted URL).
+    ("src/bmc/redfish/vmedia_logic.rs", "\"Image\": image_url"),
+    ("src/bmc/redfish/vmedia.rs", "body[\"Image\"]"),
     // A MachineSet's rollout state.
     (
         "src/api/machine_set.rs",

@@ -202,7 +202,16 @@ impl Planner<'_> {
             {
                 return s;
             }
-            self.push(Step::SetBootOnce(BootDevice::Network));
+            // A virtual media boot: the ISO into the virtual CD (the BMC
+            // fetches it now, with its own token: see http/boot/vmedia.rs),
+            // then the CD once. Both are repeatable, so a crash before the
+            // marker only repeats them.
+            if self.virtual_media() {
+                self.push(Step::InsertMedia);
+                self.push(Step::SetBootOnce(BootDevice::Cd));
+            } else {
+                self.push(Step::SetBootOnce(BootDevice::Network));
+            }
             // The marker goes first: after a crash the power-on is not
             // repeated blindly (see below).
             self.set_progress(Mark::PowerCycledFor(b.id.clone()));
@@ -424,10 +433,25 @@ impl Planner<'_> {
         };
         if self.progress().disk_boot_for.as_ref() != Some(&b.id) {
             self.push(Step::SetBootOnce(BootDevice::Disk));
+            // The installer's ISO leaves the drive (repeatable, as the
+            // disk boot: the marker follows both).
+            if self.virtual_media() {
+                self.push(Step::EjectMedia);
+            }
             self.set_progress(Mark::DiskBootFor(b.id.clone()));
         } else if power == PowerState::Off {
             self.push(Step::PowerOn);
         }
+    }
+
+    /// Whether this machine boots its installer from virtual media: its own
+    /// `spec.boot`, else its class's.
+    pub(super) fn virtual_media(&self) -> bool {
+        let class = match &self.o.class {
+            ClassObserved::Present(c) => c.boot,
+            _ => None,
+        };
+        self.m.spec.boot.or(class) == Some(crate::api::BootMethod::VirtualMedia)
     }
 
     /// Take the machine apart: Node, optional wipe, power, address. Then
@@ -470,6 +494,10 @@ impl Planner<'_> {
             }
             BmcObserved::Unreachable { .. } | BmcObserved::NotAsked => return self.wait_bmc(),
             BmcObserved::Reachable { .. } => {}
+        }
+        // A wipe booted from virtual media: its ISO leaves the drive.
+        if self.virtual_media() && had_node {
+            self.push(Step::EjectMedia);
         }
         self.push(Step::ReleaseAddress);
         if retire {

@@ -32,6 +32,8 @@ pub struct ClassView {
     pub firmware: Vec<FirmwareImage>,
     /// RAID volumes to create before a boot (the class's).
     pub volumes: Vec<VolumeSpec>,
+    /// How the class's servers boot the installer, when it says.
+    pub boot: Option<crate::api::BootMethod>,
 }
 
 impl ClassView {
@@ -48,6 +50,7 @@ impl ClassView {
             bios: bios_attributes(machine, class),
             firmware: class.spec.firmware.clone(),
             volumes: class.spec.volumes.clone(),
+            boot: class.spec.boot,
         }
     }
 }

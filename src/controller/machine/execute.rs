@@ -15,6 +15,7 @@
 //! how to do each step.
 
 mod firmware;
+mod media;
 
 use std::time::Duration;
 
@@ -72,6 +73,7 @@ impl AddressReleaser for crate::dhcp::server::LeaseReleaser {
 }
 
 pub use firmware::{FirmwareImages, IMAGE_UNAVAILABLE};
+pub use media::MEDIA_UNAVAILABLE;
 
 pub struct Executor<'a> {
     pub store: &'a dyn Store,
@@ -404,6 +406,8 @@ impl Executor<'_> {
                 Err(e) => self.bmc_failed(w, step, &e).await,
             },
             Step::UpdateFirmware(f) => self.update_firmware(w, f).await,
+            Step::InsertMedia => self.insert_media(w).await,
+            Step::EjectMedia => self.eject_media(w).await,
             Step::CordonNode(_)
             | Step::DrainNode(_)
             | Step::DeleteNode(_)

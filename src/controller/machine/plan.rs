@@ -247,6 +247,11 @@ pub enum Step {
     /// Create one RAID volume.
     CreateVolume(crate::api::VolumeSpec),
     SetBootOnce(BootDevice),
+    /// Insert this boot's ISO into the BMC's virtual CD (the URL is boot
+    /// HTTP's, with the boot's media token), noted as `MediaInserted`.
+    InsertMedia,
+    /// Eject the virtual CD, noted as `MediaEjected`.
+    EjectMedia,
     PowerOn,
     PowerCycle,
     PowerOff,
@@ -306,7 +311,12 @@ impl Step {
         use Step::*;
         !matches!(
             self,
-            ReadInventory | ReadBios | ReadFirmware | ReadVolumes | SetBootOnce(BootDevice::Disk)
+            ReadInventory
+                | ReadBios
+                | ReadFirmware
+                | ReadVolumes
+                | SetBootOnce(BootDevice::Disk)
+                | EjectMedia
         )
     }
 
@@ -317,10 +327,9 @@ impl Step {
                 StepKind::Metadata
             }
             ReadInventory | ReadBios | WriteBios(_) | ReadFirmware | UpdateFirmware(_)
-            | ReadVolumes | CreateVolume(_) | SetBootOnce(_) | PowerOn | PowerCycle | PowerOff
-            | CordonNode(_) | DrainNode(_) | DeleteNode(_) | UncordonNode(_) | ReleaseAddress => {
-                StepKind::Effect
-            }
+            | ReadVolumes | CreateVolume(_) | SetBootOnce(_) | InsertMedia | EjectMedia
+            | PowerOn | PowerCycle | PowerOff | CordonNode(_) | DrainNode(_) | DeleteNode(_)
+            | UncordonNode(_) | ReleaseAddress => StepKind::Effect,
             WaitFor { .. } | Requeue { .. } => StepKind::Schedule,
             _ => StepKind::Status,
         }

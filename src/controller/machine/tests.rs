@@ -230,6 +230,7 @@ pub fn obs() -> O {
             bios: Default::default(),
             firmware: Vec::new(),
             volumes: Vec::new(),
+            boot: None,
             name: "workers".into(),
             revision: "r2".into(),
             installs: "r2".into(),

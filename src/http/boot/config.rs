@@ -14,6 +14,7 @@
 //!   maxConnectionsPerClient: 32     # open connections from one address
 //!   headerTimeoutSeconds: 15        # to send a request header; idle keep-alive
 //!   stallTimeoutSeconds: 60         # a response the client stops reading
+//!   virtualMediaLoader: /usr/lib/systemd/boot/efi/systemd-bootx64.efi
 //! ```
 
 use std::net::SocketAddr;
@@ -70,6 +71,11 @@ pub struct BootConfig {
     /// not read (60).
     #[serde(default)]
     pub stall_timeout_seconds: Option<u64>,
+    /// The UEFI loader a virtual media ISO boots (it reads the kernel,
+    /// initrd and command line from the ISO's FAT image): systemd-boot,
+    /// Debian's `systemd-boot-efi` by default.
+    #[serde(default)]
+    pub virtual_media_loader: Option<PathBuf>,
 }
 
 #[derive(Clone, Debug, Default, Deserialize)]
@@ -100,6 +106,8 @@ pub struct BootSettings {
     pub token_ttl: Duration,
     /// Caps and deadlines of the listener's connections.
     pub connections: ConnLimits,
+    /// systemd-boot's EFI binary, for virtual media ISOs.
+    pub virtual_media_loader: PathBuf,
 }
 
 /// Token lifetime past the install deadline, when none is configured.
@@ -189,6 +197,10 @@ impl BootConfig {
             router_advertisement,
             token_ttl,
             connections,
+            virtual_media_loader: self
+                .virtual_media_loader
+                .clone()
+                .unwrap_or_else(|| PathBuf::from(crate::vmedia::SYSTEMD_BOOT)),
         })
     }
 

@@ -15,6 +15,7 @@ pub enum Endpoint {
     image,
     ignition,
     callhome,
+    media,
     other,
 }
 

@@ -21,6 +21,7 @@ pub mod script_handler;
 pub mod send_file;
 pub mod tftp_boot;
 pub mod token;
+pub mod vmedia;
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -79,6 +80,8 @@ pub struct BootState {
     pub served: once::ServedLog,
     /// File bodies streaming from disk now (their piece size follows).
     pub streams: send_file::Streams,
+    /// Held while a virtual media ISO is built (one at a time).
+    pub media_build: tokio::sync::Mutex<()>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -115,6 +118,7 @@ impl BootState {
             assets: std::sync::Mutex::new(None),
             served,
             streams: send_file::Streams::default(),
+            media_build: tokio::sync::Mutex::new(()),
         })
     }
 
@@ -447,6 +451,7 @@ pub fn router(state: Arc<BootState>) -> Router {
         .route("/images/{sha256}/{name}", get(assets::image))
         .route("/ignition", get(ignition::handler))
         .route("/callhome/{what}", post(callhome::handler))
+        .route("/vmedia/{mac}/{token}/{name}", get(vmedia::handler))
         .fallback(fallback)
         .layer(axum::extract::DefaultBodyLimit::max(4096))
         // The span names the path only: queries carry per-boot tokens.

@@ -211,15 +211,25 @@ fn render_failed(st: &BootState, e: script::ScriptError) -> Response {
     )
 }
 
-async fn install(
+/// What the live system of machine `m`'s boot `boot_id` runs: its OS
+/// image, the cached digests of its kernel, initrd and (Fedora CoreOS)
+/// root filesystem, and its kernel arguments (the class's, the site's,
+/// then the Ignition URL with the boot's token). The iPXE script, GRUB's
+/// configuration and the virtual media ISO are three spellings of it.
+pub struct Live {
+    pub image: crate::api::OsImage,
+    pub shas: Vec<String>,
+    pub args: Vec<String>,
+}
+
+/// [`Live`] for one boot, its images cached (an image that cannot be is a
+/// 502 and a Warning event).
+pub async fn live(
     st: &BootState,
     m: &Machine,
     mac: &[u8; 6],
     boot_id: &str,
-    purpose: BootPurpose,
-    at: Query<'_>,
-    loader: Loader,
-) -> Result<Result<String, script::ScriptError>, Response> {
+) -> Result<Live, Response> {
     let class = st.class_of(m).await?;
     let image = m
         .spec
@@ -230,12 +240,12 @@ async fn install(
     let mut shas = Vec::new();
     // A Fedora CoreOS live PXE boot fetches its root filesystem itself, from
     // `coreos.live.rootfs_url`: it is cached and served like the kernel.
-    let live = [
+    let parts = [
         Some(&image.kernel),
         Some(&image.initrd),
         image.rootfs.as_ref(),
     ];
-    for a in live.into_iter().flatten() {
+    for a in parts.into_iter().flatten() {
         match st.cache.ensure(a).await {
             Ok(s) => shas.push(s),
             Err(e) => {
@@ -254,22 +264,12 @@ async fn install(
     let ctx = st.ignition_context(mac, &token, boot_id);
     let base = &st.settings.base_url;
     let mh = MacAddr(*mac).hyphenated();
-    let image_url = |sha: &str, name: &str| format!("{base}/images/{sha}/{name}?mac={mh}");
-    // GRUB reads its files over TFTP, from the server it booted from.
-    let (kernel_url, initrd_url) = match loader {
-        Loader::Ipxe => (image_url(&shas[0], "kernel"), image_url(&shas[1], "initrd")),
-        Loader::Grub => (
-            format!("/images/{}/kernel", shas[0]),
-            format!("/images/{}/initrd", shas[1]),
-        ),
-    };
     let ignition_url = format!("{base}/ignition?{}", ctx.callhome_query);
     let mut args = class.spec.kernel_args.clone();
     args.extend(st.settings.kernel_args.iter().cloned());
     if let Some(sha) = shas.get(2) {
         args.push(format!(
-            "coreos.live.rootfs_url={}",
-            image_url(sha, "rootfs")
+            "coreos.live.rootfs_url={base}/images/{sha}/rootfs?mac={mh}"
         ));
     }
     args.extend([
@@ -280,6 +280,30 @@ async fn install(
         // home at the same URL with `/ignition?` -> `/callhome/{what}?`.
         format!("metalherd.ignition={ignition_url}"),
     ]);
+    Ok(Live { image, shas, args })
+}
+
+async fn install(
+    st: &BootState,
+    m: &Machine,
+    mac: &[u8; 6],
+    boot_id: &str,
+    purpose: BootPurpose,
+    at: Query<'_>,
+    loader: Loader,
+) -> Result<Result<String, script::ScriptError>, Response> {
+    let Live { image, shas, args } = live(st, m, mac, boot_id).await?;
+    let base = &st.settings.base_url;
+    let mh = MacAddr(*mac).hyphenated();
+    let image_url = |sha: &str, name: &str| format!("{base}/images/{sha}/{name}?mac={mh}");
+    // GRUB reads its files over TFTP, from the server it booted from.
+    let (kernel_url, initrd_url) = match loader {
+        Loader::Ipxe => (image_url(&shas[0], "kernel"), image_url(&shas[1], "initrd")),
+        Loader::Grub => (
+            format!("/images/{}/kernel", shas[0]),
+            format!("/images/{}/initrd", shas[1]),
+        ),
+    };
     let retry = match loader {
         Loader::Ipxe => {
             let mut retry = format!("{base}/boot.ipxe?mac={mh}");

@@ -10,11 +10,15 @@ use crate::api::FirmwareImage;
 use crate::bmc::{Bmc, BmcError};
 use crate::store::events::EventType;
 
-/// Where a BMC fetches a firmware image: the image cached (downloaded and
-/// verified against its digest) and the URL that serves it.
+/// What a BMC fetches from boot HTTP: a firmware image (cached, downloaded
+/// and verified against its digest, and the URL that serves it) and a
+/// virtual media boot's ISO.
 #[async_trait]
 pub trait FirmwareImages: Send + Sync {
     async fn url(&self, image: &crate::api::Artifact) -> Result<String, String>;
+    /// The URL of the ISO of machine `m`'s boot `boot_id` (boot HTTP builds
+    /// it when the BMC asks), with the boot's media token.
+    fn media_url(&self, m: &crate::api::Machine, boot_id: &str) -> Result<String, String>;
 }
 
 /// The last error's reason when the image cannot be served.

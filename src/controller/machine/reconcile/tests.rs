@@ -441,3 +441,5 @@ async fn a_plan_made_from_a_class_that_changed_since_is_not_acted_on() {
     let st = get(&e, "m1").await.status.unwrap();
     assert_eq!(st.phase, Some(MachinePhase::Provisioning));
 }
+
+mod media;

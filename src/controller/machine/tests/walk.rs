@@ -49,6 +49,7 @@ fn class_view(rev: &str, kubelet: &str) -> ClassView {
         bios: Default::default(),
         firmware: Vec::new(),
         volumes: Vec::new(),
+        boot: None,
         name: "workers".into(),
         revision: rev.into(),
         installs: rev.into(),
