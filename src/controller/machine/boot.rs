@@ -17,6 +17,18 @@ use crate::bmc::BootDevice;
 /// The last error's reason when the BMC did not keep the one-time network
 /// boot override (`bmc_reason` of `BootOverrideIgnored`).
 pub(super) const OVERRIDE_REFUSED: &str = "BmcBootOverrideIgnored";
+/// The last error's reason when the BMC answered a virtual media insert
+/// that it has no virtual media ([`crate::bmc::BmcError::Unsupported`]).
+const MEDIA_UNSUPPORTED_FROM: &str = "BmcUnsupported";
+/// A boot failed because the BMC has no virtual media.
+pub const MEDIA_UNSUPPORTED: &str = "VirtualMediaUnsupported";
+
+/// Whether `e` is a BMC's answer that it has no virtual media to insert
+/// into: it fails the boot (see `drive_boot`), reaching the BMC again does
+/// not clear it.
+pub(super) fn media_unsupported(e: &crate::api::LastError) -> bool {
+    e.reason == MEDIA_UNSUPPORTED_FROM && e.message.starts_with("InsertMedia")
+}
 
 /// Where a network boot stands.
 enum BootState {
@@ -188,6 +200,17 @@ impl Planner<'_> {
                 .filter(|e| e.reason == OVERRIDE_REFUSED && e.time >= b.minted_at)
             {
                 return self.fail_boot(BootOutcome::Abandoned, OVERRIDE_REFUSED, e.message);
+            }
+            // A BMC without virtual media will not grow it: the boot
+            // fails with the BMC's words (a new boot is tried after the
+            // Error phase's back-off, once the spec or the BMC changed).
+            if let Some(e) = self
+                .st
+                .last_error
+                .clone()
+                .filter(|e| media_unsupported(e) && e.time >= b.minted_at)
+            {
+                return self.fail_boot(BootOutcome::Abandoned, MEDIA_UNSUPPORTED, e.message);
             }
             // The steps before the power-on are BMC actions too: one that
             // just failed is retried when its retry is due.

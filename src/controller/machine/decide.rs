@@ -181,6 +181,7 @@ impl Planner<'_> {
                 if self.st.last_error.as_ref().is_some_and(|e| {
                     e.reason.starts_with("Bmc")
                         && e.reason != super::boot::OVERRIDE_REFUSED
+                        && !super::boot::media_unsupported(e)
                         && self.bmc_retry_left(e).is_none()
                 }) {
                     self.clear_error();

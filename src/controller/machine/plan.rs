@@ -275,7 +275,9 @@ pub enum Step {
 /// power-on, their reads after the install), as their failures' messages
 /// start (`{step}: {error}`): one that failed is retried after the BMC
 /// retry wait, not at the watch event its own error makes.
-pub const PRE_BOOT_STEPS: [&str; 6] = [
+pub const PRE_BOOT_STEPS: [&str; 8] = [
+    "InsertMedia",
+    "EjectMedia",
     "ReadVolumes",
     "CreateVolume(",
     "ReadFirmware",

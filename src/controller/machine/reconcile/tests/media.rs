@@ -95,3 +95,40 @@ async fn without_a_media_url_the_server_is_not_powered_on() {
     );
     assert!(st.progress.power_cycled_for.is_none());
 }
+
+#[tokio::test]
+async fn a_bmc_without_virtual_media_fails_the_boot_saying_so() {
+    let e = env();
+    e.store.create_obj(&class()).await.unwrap();
+    media_machine(&e).await;
+    let bmc = FakeBmc::new();
+    let unsupported = || BmcError::Unsupported {
+        address: "redfish+http://127.0.0.1:8000".into(),
+        what:
+            "virtual media: the System has no VirtualMedia collection and neither has its Manager"
+                .into(),
+    };
+    bmc.expect_power_state(Ok(PowerState::Off))
+        .expect_insert_media(Err(unsupported()))
+        .expect_close()
+        .expect_power_state(Ok(PowerState::Off))
+        .expect_close();
+    let mut r = reconciler(&e, FakeConnector::new().with("m1", bmc.clone()), 0);
+    r.firmware = Some(Arc::new(Urls));
+    settle(&r, "m1", 3).await;
+    r.reconcile(&key("m1")).await.unwrap();
+    let st = get(&e, "m1").await.status.unwrap();
+    // The boot is given up, as a refused boot override's is: retried
+    // after the back-off, the Error phase after the last attempt.
+    let boot = st.boot.clone().unwrap();
+    assert_eq!(boot.outcome, Some(BootOutcome::Abandoned), "{st:?}");
+    assert!(st.progress.retry_at.is_some(), "{st:?}");
+    let err = st.last_error.unwrap();
+    assert_eq!(err.reason, "VirtualMediaUnsupported");
+    assert!(
+        err.message.contains("no VirtualMedia collection"),
+        "{}",
+        err.message
+    );
+    assert!(st.progress.power_cycled_for.is_none(), "never powered on");
+}
