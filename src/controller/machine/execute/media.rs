@@ -66,8 +66,15 @@ impl Executor<'_> {
             let e = BmcError::Config("no BMC connection".into());
             return self.bmc_failed(w, &Step::EjectMedia, &e).await;
         };
-        if let Err(e) = bmc.eject_media().await {
-            return self.bmc_failed(w, &Step::EjectMedia, &e).await;
+        match bmc.eject_media().await {
+            Ok(()) => {}
+            // No virtual media, so nothing can be in it (a machine whose
+            // spec.boot changed after it was installed another way).
+            Err(BmcError::Unsupported { .. }) => {
+                tracing::info!("no virtual media to eject");
+                return Ok(());
+            }
+            Err(e) => return self.bmc_failed(w, &Step::EjectMedia, &e).await,
         }
         self.status_step(
             w,
