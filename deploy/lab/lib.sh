@@ -653,6 +653,9 @@ spec:
   updateStrategy:
     type: InPlace
     maxUnavailable: 1
+    # A real node's reimage under emulation takes about 9 minutes, close
+    # to the 10-minute default, and longer on a busy host.
+    progressDeadlineSeconds: 2400
     healthCheck:
       nodeReadySeconds: 30
       httpProbe: {url: "http://{{address}}:10248/healthz", expectedStatus: 200}
