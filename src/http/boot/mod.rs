@@ -454,11 +454,13 @@ pub fn router(state: Arc<BootState>) -> Router {
         .route("/vmedia/{mac}/{token}/{name}", get(vmedia::handler))
         .fallback(fallback)
         .layer(axum::extract::DefaultBodyLimit::max(4096))
-        // The span names the path only: queries carry per-boot tokens.
+        // The span names the path only: queries carry per-boot tokens,
+        // and so does a virtual media path (hidden by `vmedia::logged_path`).
         .layer(
             tower_http::trace::TraceLayer::new_for_http().make_span_with(
                 |r: &http::Request<axum::body::Body>| {
-                    tracing::info_span!("boot_http", method = %r.method(), path = %r.uri().path())
+                    let path = vmedia::logged_path(r.uri().path());
+                    tracing::info_span!("boot_http", method = %r.method(), path = %path)
                 },
             ),
         )

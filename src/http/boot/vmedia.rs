@@ -53,6 +53,21 @@ pub fn media_url(base: &str, mac: [u8; 6], token: &str) -> String {
     )
 }
 
+/// A request path as logs may show it: a media path's token segment
+/// (`/vmedia/{mac}/{token}/boot.iso`) becomes `...`; other paths as they are.
+pub fn logged_path(path: &str) -> std::borrow::Cow<'_, str> {
+    match path
+        .strip_prefix("/vmedia/")
+        .and_then(|r| r.split_once('/'))
+    {
+        Some((mac, rest)) => {
+            let name = rest.split_once('/').map_or("", |(_, n)| n);
+            format!("/vmedia/{mac}/.../{name}").into()
+        }
+        None => path.into(),
+    }
+}
+
 /// Kernel arguments for `spec.network`'s static address, as dracut,
 /// systemd's network generator and metalherd's test OS read them:
 /// `ifname=boot0:<mac>` names the boot NIC (when known), then
@@ -393,6 +408,16 @@ mod tests {
         assert!(network_args(Some(&n), None).is_empty());
         n.address = Some("not an address".into());
         assert!(network_args(Some(&n), None).is_empty());
+    }
+
+    #[test]
+    fn logs_never_show_a_media_token() {
+        assert_eq!(
+            logged_path("/vmedia/52-54-00-00-00-01/abcdef/boot.iso"),
+            "/vmedia/52-54-00-00-00-01/.../boot.iso"
+        );
+        assert_eq!(logged_path("/vmedia/x/secret"), "/vmedia/x/.../");
+        assert_eq!(logged_path("/boot.ipxe"), "/boot.ipxe");
     }
 
     #[test]
