@@ -5,11 +5,11 @@
 //! Machines off the hot path.
 
 use std::collections::HashMap;
-use std::net::Ipv4Addr;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
-use ipnet::Ipv4Net;
+use ipnet::{IpNet, Ipv4Net, Ipv6Net};
 use tokio_util::sync::CancellationToken;
 
 use crate::api::{BootPurpose, Kind, MacAddr, Machine, MachinePhase};
@@ -40,10 +40,21 @@ pub struct MachineEntry {
     pub name: String,
     pub uid: String,
     pub mac: [u8; 6],
-    /// Reserved address with its subnet, from `spec.network.address`.
+    /// Reserved IPv4 address with its subnet, from `spec.network.address`
+    /// when that is an IPv4 address (what DHCPv4 reserves).
     pub address: Option<Ipv4Net>,
+    /// `spec.network.gateway` when it is an IPv4 address.
     pub gateway: Option<Ipv4Addr>,
+    /// The IPv4 addresses among `spec.network.dns`.
     pub dns: Vec<Ipv4Addr>,
+    /// Reserved IPv6 address with its prefix, from `spec.network.address`
+    /// when that is an IPv6 address (a Machine has one address: then
+    /// `address` is `None`).
+    pub address6: Option<Ipv6Net>,
+    /// `spec.network.gateway` when it is an IPv6 address.
+    pub gateway6: Option<Ipv6Addr>,
+    /// The IPv6 addresses among `spec.network.dns`.
+    pub dns6: Vec<Ipv6Addr>,
     pub hostname: Option<String>,
     pub domain: Option<String>,
     pub phase: MachinePhase,
@@ -64,6 +75,12 @@ impl MachineEntry {
             .ok()?
             .octets();
         let net = m.spec.network.clone().unwrap_or_default();
+        let address = net.address.as_deref().and_then(|a| a.parse::<IpNet>().ok());
+        let gateway = net
+            .gateway
+            .as_deref()
+            .and_then(|a| a.parse::<IpAddr>().ok());
+        let dns: Vec<IpAddr> = net.dns.iter().filter_map(|d| d.parse().ok()).collect();
         let status = m.status.clone().unwrap_or_default();
         let phase = status.phase.unwrap_or_default();
         let intent = match &status.boot {
@@ -85,9 +102,36 @@ impl MachineEntry {
             name: m.metadata.name.clone().unwrap_or_default(),
             uid: m.metadata.uid.clone().unwrap_or_default(),
             mac,
-            address: net.address.as_deref().and_then(|a| a.parse().ok()),
-            gateway: net.gateway.as_deref().and_then(|a| a.parse().ok()),
-            dns: net.dns.iter().filter_map(|d| d.parse().ok()).collect(),
+            address: match address {
+                Some(IpNet::V4(n)) => Some(n),
+                _ => None,
+            },
+            gateway: match gateway {
+                Some(IpAddr::V4(g)) => Some(g),
+                _ => None,
+            },
+            dns: dns
+                .iter()
+                .filter_map(|d| match d {
+                    IpAddr::V4(d) => Some(*d),
+                    IpAddr::V6(_) => None,
+                })
+                .collect(),
+            address6: match address {
+                Some(IpNet::V6(n)) => Some(n),
+                _ => None,
+            },
+            gateway6: match gateway {
+                Some(IpAddr::V6(g)) => Some(g),
+                _ => None,
+            },
+            dns6: dns
+                .iter()
+                .filter_map(|d| match d {
+                    IpAddr::V6(d) => Some(*d),
+                    IpAddr::V4(_) => None,
+                })
+                .collect(),
             hostname: net.hostname.clone().or_else(|| m.metadata.name.clone()),
             domain: net.domain.clone(),
             phase,
@@ -108,6 +152,21 @@ struct Index {
     by_key: HashMap<(String, String), Arc<MachineEntry>>,
     by_mac: HashMap<[u8; 6], Arc<MachineEntry>>,
     by_ip: HashMap<Ipv4Addr, Arc<MachineEntry>>,
+    by_ip6: HashMap<Ipv6Addr, Arc<MachineEntry>>,
+}
+
+impl Index {
+    fn insert(&mut self, e: MachineEntry) {
+        let e = Arc::new(e);
+        self.by_mac.insert(e.mac, e.clone());
+        if let Some(a) = e.address {
+            self.by_ip.insert(a.addr(), e.clone());
+        }
+        if let Some(a) = e.address6 {
+            self.by_ip6.insert(a.addr(), e.clone());
+        }
+        self.by_key.insert((e.namespace.clone(), e.name.clone()), e);
+    }
 }
 
 /// Shared, cheap-to-clone index of Machines for the boot services.
@@ -127,6 +186,21 @@ impl Directory {
 
     pub fn by_ip(&self, ip: &Ipv4Addr) -> Option<Arc<MachineEntry>> {
         self.inner.read().ok()?.by_ip.get(ip).cloned()
+    }
+
+    /// The Machine whose reserved IPv6 address is `ip`.
+    pub fn by_ip6(&self, ip: &Ipv6Addr) -> Option<Arc<MachineEntry>> {
+        self.inner.read().ok()?.by_ip6.get(ip).cloned()
+    }
+
+    /// The Machine whose reserved address is a peer's address, either
+    /// family; an IPv4-mapped IPv6 address (`::ffff:a.b.c.d`, how a
+    /// dual-stack `[::]` socket sees IPv4 clients) is looked up as IPv4.
+    pub fn by_peer(&self, ip: IpAddr) -> Option<Arc<MachineEntry>> {
+        match plain_ip(ip) {
+            IpAddr::V4(a) => self.by_ip(&a),
+            IpAddr::V6(a) => self.by_ip6(&a),
+        }
     }
 
     pub fn by_name(&self, namespace: &str, name: &str) -> Option<Arc<MachineEntry>> {
@@ -161,12 +235,7 @@ impl Directory {
         };
         remove_key(&mut idx, &key);
         if let Some(e) = MachineEntry::from_machine(m) {
-            let e = Arc::new(e);
-            idx.by_mac.insert(e.mac, e.clone());
-            if let Some(a) = e.address {
-                idx.by_ip.insert(a.addr(), e.clone());
-            }
-            idx.by_key.insert(key, e);
+            idx.insert(e);
         }
     }
 
@@ -201,14 +270,7 @@ impl Directory {
             if let Ok(m) = from_value::<Machine>(v)
                 && let Some(e) = MachineEntry::from_machine(&m)
             {
-                let e = Arc::new(e);
-                fresh.by_mac.insert(e.mac, e.clone());
-                if let Some(a) = e.address {
-                    fresh.by_ip.insert(a.addr(), e.clone());
-                }
-                fresh
-                    .by_key
-                    .insert((e.namespace.clone(), e.name.clone()), e);
+                fresh.insert(e);
             }
         }
         if let Ok(mut idx) = self.inner.write() {
@@ -246,6 +308,23 @@ fn remove_key(idx: &mut Index, key: &(String, String)) {
         {
             idx.by_ip.remove(&a.addr());
         }
+        if let Some(a) = old.address6
+            && idx
+                .by_ip6
+                .get(&a.addr())
+                .is_some_and(|e| Arc::ptr_eq(e, &old))
+        {
+            idx.by_ip6.remove(&a.addr());
+        }
+    }
+}
+
+/// A peer address as the directory keys it: an IPv4-mapped IPv6 address
+/// becomes the IPv4 address it carries; anything else is unchanged.
+pub fn plain_ip(ip: IpAddr) -> IpAddr {
+    match ip {
+        IpAddr::V6(a) => a.to_ipv4_mapped().map_or(ip, IpAddr::V4),
+        v4 => v4,
     }
 }
 
