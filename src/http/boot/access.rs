@@ -7,11 +7,14 @@
 //!   `HMAC(key, uid | status.boot.id)`: a token from an earlier boot, or one
 //!   minted for another machine, is refused;
 //! - the request must come from the Machine's address: its reserved address
-//!   (`spec.network.address`) or the address its current DHCP lease gave it,
-//!   when a lease lookup is wired in (`serve` wires the DHCP server's
-//!   [`LeaseView`](crate::dhcp::LeaseView) when DHCP runs in the process).
-//!   A machine with neither is refused. The install script, which carries
-//!   the token, is handed out under the same address rule;
+//!   (`spec.network.address`, IPv4 or IPv6) or an address a current DHCP
+//!   lease gave it, when a [`LeaseLookup`] is wired in (`serve` wires the
+//!   DHCP server's [`LeaseView`](crate::dhcp::LeaseView) when DHCP runs in
+//!   the process). A peer is compared as the address it is: IPv6 with
+//!   IPv6, and an IPv4-mapped IPv6 peer (`::ffff:a.b.c.d`, how a dual-stack
+//!   `[::]` listener sees an IPv4 client) as its IPv4 address. A machine
+//!   with no address is refused. The install script, which carries the
+//!   token, is handed out under the same address rule;
 //! - the token becomes valid when the controller powers the server on for
 //!   this boot, which it does only after it has seen the server off (so the
 //!   OS a reimage replaces cannot use the new boot's token), and expires a
@@ -25,27 +28,52 @@
 //! A refused client is told only [`REFUSED`]; the [`Refusal`] goes into the
 //! server's log and a Warning event on the Machine.
 
-use std::net::{IpAddr, Ipv4Addr};
+use std::net::IpAddr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use jiff::Timestamp;
 
 use crate::api::{BootOutcome, BootPurpose, BootRecord, BootStep, Machine};
+use crate::directory::plain_ip;
 
 use super::token::TokenKey;
 
 /// What every refused client is told, whatever the reason.
 pub const REFUSED: &str = "forbidden";
 
-/// Where the boot services can ask which address a MAC leased (DHCP).
+/// Where the boot services ask which addresses a MAC holds by lease, in
+/// either family: the DHCPv4 server's view answers the IPv4 address it
+/// leased, a DHCPv6 server's view the IPv6 address(es) its IA_NA leases
+/// gave (a MAC may hold more than one: firmware and iPXE use different
+/// IAIDs). The answer is every address of a *current* lease (bound, not
+/// expired) of `mac`, in any order; empty when there is none. Answer from
+/// memory: it is asked on every script, Ignition and call-home request.
+///
+/// When more than one server runs, hand boot HTTP a [`LeaseLookups`] of
+/// all of them (`BootDeps::leases`).
 pub trait LeaseLookup: Send + Sync + 'static {
-    fn address_of(&self, mac: &[u8; 6]) -> Option<Ipv4Addr>;
+    fn addresses_of(&self, mac: &[u8; 6]) -> Vec<IpAddr>;
 }
 
-/// The DHCP server's bound, unexpired leases.
+/// The DHCPv4 server's bound, unexpired leases.
 impl LeaseLookup for crate::dhcp::LeaseView {
-    fn address_of(&self, mac: &[u8; 6]) -> Option<Ipv4Addr> {
+    fn addresses_of(&self, mac: &[u8; 6]) -> Vec<IpAddr> {
         crate::dhcp::LeaseView::address_of(self, mac, crate::dhcp::server::unix_now())
+            .map(IpAddr::V4)
+            .into_iter()
+            .collect()
+    }
+}
+
+/// Several lease lookups asked as one (DHCPv4 and DHCPv6 side by side):
+/// the addresses of all of them.
+#[derive(Clone, Default)]
+pub struct LeaseLookups(pub Vec<Arc<dyn LeaseLookup>>);
+
+impl LeaseLookup for LeaseLookups {
+    fn addresses_of(&self, mac: &[u8; 6]) -> Vec<IpAddr> {
+        self.0.iter().flat_map(|l| l.addresses_of(mac)).collect()
     }
 }
 
@@ -91,39 +119,33 @@ pub enum Need {
 pub struct Ask<'a> {
     pub token: &'a str,
     pub peer: IpAddr,
-    /// The address the DHCP server leased to the machine's MAC, if any.
-    pub lease: Option<Ipv4Addr>,
+    /// The addresses DHCP (v4 or v6) leased to the machine's MAC.
+    pub leases: &'a [IpAddr],
     pub need: Need,
     pub now: Timestamp,
     /// How long a token stays valid (see [`valid_until`]).
     pub ttl: Duration,
 }
 
-/// The Machine's addresses a request may come from.
-pub fn allowed_addresses(m: &Machine, lease: Option<Ipv4Addr>) -> Vec<Ipv4Addr> {
-    let mut v: Vec<Ipv4Addr> = m
+/// The Machine's addresses a request may come from: its reserved address
+/// (either family) and its leased ones, IPv4-mapped ones as IPv4.
+pub fn allowed_addresses(m: &Machine, leases: &[IpAddr]) -> Vec<IpAddr> {
+    let mut v: Vec<IpAddr> = m
         .spec
         .network
         .as_ref()
         .and_then(|n| n.address.as_deref())
-        .and_then(|a| a.parse::<ipnet::Ipv4Net>().ok())
+        .and_then(|a| a.parse::<ipnet::IpNet>().ok())
         .map(|n| n.addr())
         .into_iter()
         .collect();
-    v.extend(lease);
+    v.extend(leases.iter().copied().map(plain_ip));
     v
 }
 
 /// Whether `peer` is one of the Machine's addresses.
-pub fn from_machine(m: &Machine, peer: IpAddr, lease: Option<Ipv4Addr>) -> bool {
-    v4(peer).is_some_and(|p| allowed_addresses(m, lease).contains(&p))
-}
-
-fn v4(ip: IpAddr) -> Option<Ipv4Addr> {
-    match ip {
-        IpAddr::V4(a) => Some(a),
-        IpAddr::V6(a) => a.to_ipv4_mapped(),
-    }
+pub fn from_machine(m: &Machine, peer: IpAddr, leases: &[IpAddr]) -> bool {
+    allowed_addresses(m, leases).contains(&plain_ip(peer))
 }
 
 /// When the token of `boot` became valid: when the controller powered the
@@ -160,7 +182,7 @@ pub fn authorize<'m>(
     if uid.is_empty() || !key.verify(uid, &boot.id, ask.token) {
         return Err(Refusal::WrongToken);
     }
-    if !from_machine(m, ask.peer, ask.lease) {
+    if !from_machine(m, ask.peer, ask.leases) {
         return Err(Refusal::WrongAddress);
     }
     let armed = armed_at(m, boot).ok_or(Refusal::NotArmed)?;

@@ -4,7 +4,7 @@
 //! ([`crate::files::DirSource`], its one path check), images from the image
 //! cache; both are sent by [`send_file::serve`] (Range, ETag, streaming). A
 //! finished kernel or initrd is a boot step of the machine that fetched it
-//! (by its `mac` query parameter, else its address).
+//! (by its `mac` query parameter, else its reserved address, IPv4 or IPv6).
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -25,10 +25,7 @@ fn machine_for(st: &BootState, q: Option<&str>, peer: SocketAddr) -> Option<Arc<
     if let Ok(mac) = p.mac() {
         return st.directory.by_mac(&mac);
     }
-    match peer.ip() {
-        std::net::IpAddr::V4(a) => st.directory.by_ip(&a),
-        std::net::IpAddr::V6(a) => a.to_ipv4_mapped().and_then(|a| st.directory.by_ip(&a)),
-    }
+    st.directory.by_peer(peer.ip())
 }
 
 fn on_done(

@@ -5,6 +5,7 @@
 //! boot:
 //!   listen: 10.77.0.1:8080          # the boot network address (own listener)
 //!   baseUrl: http://10.77.0.1:8080  # how machines reach it (default: from listen)
+//!   baseUrl6: http://[fd00:77::1]:8080  # how machines that came over IPv6 reach it
 //!   assetsDir: boot-assets          # served under /assets/
 //!   kernelArgs: [console=ttyS0]     # appended to every install kernel line
 //!   tokenTtlSeconds: 2100           # a boot's token lives this long after power-on
@@ -37,6 +38,13 @@ pub struct BootConfig {
     /// URL machines use to reach the listener (no trailing slash).
     #[serde(default)]
     pub base_url: Option<String>,
+    /// URL machines that reach the listener over IPv6 use (no trailing
+    /// slash; an IPv6 literal in brackets, which every firmware can parse).
+    /// A request that arrives from an IPv6 peer (not IPv4-mapped) is
+    /// answered with URLs under it; IPv4 peers get `baseUrl`. Unset: every
+    /// peer gets `baseUrl`.
+    #[serde(default, rename = "baseUrl6")]
+    pub base_url6: Option<String>,
     /// Directory served under `/assets/` (iPXE binaries and other files).
     #[serde(default)]
     pub assets_dir: Option<PathBuf>,
@@ -96,6 +104,8 @@ pub struct BootSettings {
     /// `http://host:port`, no trailing slash; checked to be safe inside an
     /// iPXE script and a kernel command line.
     pub base_url: String,
+    /// The same for peers that arrive over IPv6 (see [`Self::base_url_for`]).
+    pub base_url6: Option<String>,
     pub assets_dir: PathBuf,
     /// `<data-dir>`: holds `boot-token.key` and `cache/`.
     pub data_dir: PathBuf,
@@ -118,8 +128,8 @@ pub const TOKEN_TTL_MARGIN: Duration = Duration::from_secs(5 * 60);
 pub enum BootConfigError {
     #[error("boot.listen {0:?} is not an ip:port address")]
     Listen(String),
-    #[error("boot.baseUrl {0:?}: {1}")]
-    BaseUrl(String, String),
+    #[error("boot.{0} {1:?}: {2}")]
+    BaseUrl(&'static str, String, String),
     #[error("boot.baseUrl is required when boot.listen is a wildcard address")]
     BaseUrlRequired,
     #[error("boot.kernelArgs[{0}]: {1}")]
@@ -157,9 +167,13 @@ impl BootConfig {
             .parse()
             .map_err(|_| BootConfigError::Listen(listen_s.to_string()))?;
         let base_url = match &self.base_url {
-            Some(u) => check_base_url(u)?,
+            Some(u) => check_base_url("baseUrl", u)?,
             None if listen.ip().is_unspecified() => return Err(BootConfigError::BaseUrlRequired),
-            None => check_base_url(&format!("http://{listen}"))?,
+            None => check_base_url("baseUrl", &format!("http://{listen}"))?,
+        };
+        let base_url6 = match &self.base_url6 {
+            Some(u) => Some(check_base_url("baseUrl6", u)?),
+            None => None,
         };
         for (i, a) in self.kernel_args.iter().enumerate() {
             check_kernel_arg(a).map_err(|e| BootConfigError::KernelArg(i, e))?;
@@ -187,6 +201,7 @@ impl BootConfig {
         Ok(BootSettings {
             listen,
             base_url,
+            base_url6,
             assets_dir: self
                 .assets_dir
                 .clone()
@@ -249,8 +264,21 @@ impl BootConfig {
     }
 }
 
-fn check_base_url(u: &str) -> Result<String, BootConfigError> {
-    let err = |m: &str| BootConfigError::BaseUrl(u.to_string(), m.to_string());
+impl BootSettings {
+    /// The base URL for the answer to a request from `peer`: `baseUrl6`
+    /// when the peer is an IPv6 address (an IPv4-mapped one is IPv4) and
+    /// `baseUrl6` is set, else `baseUrl`. A machine handed a URL is handed
+    /// one of the family it came over, so it can reach it.
+    pub fn base_url_for(&self, peer: std::net::IpAddr) -> &str {
+        match (crate::directory::plain_ip(peer), &self.base_url6) {
+            (std::net::IpAddr::V6(_), Some(u)) => u,
+            _ => &self.base_url,
+        }
+    }
+}
+
+fn check_base_url(field: &'static str, u: &str) -> Result<String, BootConfigError> {
+    let err = |m: &str| BootConfigError::BaseUrl(field, u.to_string(), m.to_string());
     let parsed = url::Url::parse(u).map_err(|e| err(&e.to_string()))?;
     if parsed.scheme() != "http" {
         // iPXE builds often lack TLS, and the token is per boot anyway.
@@ -281,6 +309,42 @@ mod tests {
         };
         let s = c.settings(std::path::Path::new("/tmp")).unwrap();
         assert_eq!(s.base_url, "http://10.1.0.1:8080");
+    }
+
+    #[test]
+    fn ipv6_peers_get_base_url6_when_set() {
+        let tmp = std::path::Path::new("/tmp");
+        let mut c = BootConfig {
+            listen: Some("[::]:8080".into()),
+            base_url: Some("http://10.1.0.1:8080/".into()),
+            ..Default::default()
+        };
+        let s = c.settings(tmp).unwrap();
+        assert_eq!(s.listen, "[::]:8080".parse().unwrap());
+        let v6: std::net::IpAddr = "fd00:89::7".parse().unwrap();
+        assert_eq!(s.base_url_for(v6), "http://10.1.0.1:8080", "no baseUrl6");
+        c.base_url6 = Some("http://[fd00:89::1]:8080/".into());
+        let s = c.settings(tmp).unwrap();
+        assert_eq!(s.base_url_for(v6), "http://[fd00:89::1]:8080");
+        for v4 in ["10.1.0.7", "::ffff:10.1.0.7"] {
+            assert_eq!(s.base_url_for(v4.parse().unwrap()), "http://10.1.0.1:8080");
+        }
+        c.base_url6 = Some("http://[fd00:89::1]:8080/x y".into());
+        let e = c.settings(tmp).unwrap_err().to_string();
+        assert!(e.starts_with("boot.baseUrl6 "), "{e}");
+        // The YAML key is `baseUrl6`.
+        let c: BootConfig =
+            serde_yaml::from_str("listen: '[::]:8080'\nbaseUrl: http://10.1.0.1:8080\nbaseUrl6: http://[fd00:89::1]:8080\n").unwrap();
+        assert_eq!(c.base_url6.as_deref(), Some("http://[fd00:89::1]:8080"));
+        // A specific IPv6 listen address is a base URL by itself.
+        let c = BootConfig {
+            listen: Some("[fd00:89::1]:8080".into()),
+            ..Default::default()
+        };
+        assert_eq!(
+            c.settings(tmp).unwrap().base_url,
+            "http://[fd00:89::1]:8080"
+        );
     }
 
     #[test]

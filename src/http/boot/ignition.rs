@@ -186,7 +186,10 @@ async fn serve_machine(
         Ok(c) => c,
         Err(r) => return r,
     };
-    let ctx = st.ignition_context(&mac, token, &boot.id);
+    // The installed OS is reached (and calls home) over the family this
+    // request came in on.
+    let base = st.settings.base_url_for(peer.ip());
+    let ctx = st.ignition_context(base, &mac, token, &boot.id);
     let body = match st.ignition.render(&m, &class, stage, &ctx).await {
         Ok(b) => b,
         Err(e) => {

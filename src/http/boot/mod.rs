@@ -13,6 +13,7 @@ pub mod config;
 pub mod grub;
 pub mod ignition;
 pub mod metrics;
+pub mod netargs;
 pub mod once;
 pub mod range;
 pub mod renderer;
@@ -40,7 +41,7 @@ use crate::store::events::{EventType, Regarding, record};
 use crate::store::modify::{Target, modify_obj};
 use crate::store::{Store, StoreError, TypedStore};
 
-pub use access::LeaseLookup;
+pub use access::{LeaseLookup, LeaseLookups};
 pub use ignition::{IgnitionContext, IgnitionSource, IgnitionSourceError, IgnitionStage};
 pub use metrics::BootMetrics;
 pub use token::TokenKey;
@@ -54,7 +55,8 @@ pub struct BootDeps {
     pub directory: Directory,
     pub recorder: BootRecorder,
     pub ignition: Arc<dyn IgnitionSource>,
-    /// DHCP leases, when the DHCP server runs in this process.
+    /// DHCP leases, when a DHCP server runs in this process (DHCPv4 and
+    /// DHCPv6 together: a [`LeaseLookups`]).
     pub leases: Option<Arc<dyn LeaseLookup>>,
     pub metrics: BootMetrics,
 }
@@ -150,9 +152,12 @@ impl BootState {
         }
     }
 
-    /// The address DHCP leased to `mac`, when DHCP runs here.
-    pub fn lease_of(&self, mac: &[u8; 6]) -> Option<std::net::Ipv4Addr> {
-        self.leases.as_ref().and_then(|l| l.address_of(mac))
+    /// The addresses DHCP (v4, v6) leased to `mac`, when DHCP runs here.
+    pub fn leases_of(&self, mac: &[u8; 6]) -> Vec<std::net::IpAddr> {
+        self.leases
+            .as_ref()
+            .map(|l| l.addresses_of(mac))
+            .unwrap_or_default()
     }
 
     /// [`access::authorize`] with this server's lease view, clock and TTL.
@@ -164,10 +169,11 @@ impl BootState {
         peer: SocketAddr,
         need: access::Need,
     ) -> Result<&'m crate::api::BootRecord, access::Refusal> {
+        let leases = self.leases_of(mac);
         let ask = access::Ask {
             token,
             peer: peer.ip(),
-            lease: self.lease_of(mac),
+            leases: &leases,
             need,
             now: jiff::Timestamp::now(),
             ttl: self.settings.token_ttl,
@@ -277,14 +283,21 @@ impl BootState {
         }
     }
 
-    /// URLs of this boot for a renderer or an install script.
-    pub fn ignition_context(&self, mac: &[u8; 6], token: &str, boot_id: &str) -> IgnitionContext {
-        let base = &self.settings.base_url;
+    /// URLs of this boot for a renderer or an install script, under `base`
+    /// (the base URL the requesting machine reaches, see
+    /// [`config::BootSettings::base_url_for`]).
+    pub fn ignition_context(
+        &self,
+        base: &str,
+        mac: &[u8; 6],
+        token: &str,
+        boot_id: &str,
+    ) -> IgnitionContext {
         let q = format!("mac={}&token={token}", MacAddr(*mac).hyphenated());
         IgnitionContext {
             token: token.to_string(),
             mac: MacAddr(*mac).to_string(),
-            base_url: base.clone(),
+            base_url: base.to_string(),
             node_config_url: format!("{base}/ignition?{q}&stage=node"),
             callhome_base: format!("{base}/callhome"),
             callhome_query: q,
@@ -472,10 +485,30 @@ async fn fallback() -> Response {
 }
 
 /// Bind the boot listener (fail fast: call before starting anything else).
+/// An IPv6 wildcard (`[::]:PORT`) is bound dual-stack whatever the host's
+/// `net.ipv6.bindv6only` says: IPv4 clients arrive as IPv4-mapped peers,
+/// which every address check here treats as the IPv4 address they carry.
 pub async fn bind(addr: SocketAddr) -> Result<tokio::net::TcpListener, BootError> {
-    tokio::net::TcpListener::bind(addr)
-        .await
-        .map_err(|source| BootError::Bind { addr, source })
+    let err = |source| BootError::Bind { addr, source };
+    let sock = match addr {
+        SocketAddr::V4(_) => tokio::net::TcpSocket::new_v4().map_err(err)?,
+        SocketAddr::V6(_) => {
+            let s = socket2::Socket::new(
+                socket2::Domain::IPV6,
+                socket2::Type::STREAM,
+                Some(socket2::Protocol::TCP),
+            )
+            .map_err(err)?;
+            if addr.ip().is_unspecified() {
+                s.set_only_v6(false).map_err(err)?;
+            }
+            s.set_nonblocking(true).map_err(err)?;
+            tokio::net::TcpSocket::from_std_stream(s.into())
+        }
+    };
+    sock.set_reuseaddr(true).map_err(err)?;
+    sock.bind(addr).map_err(err)?;
+    sock.listen(1024).map_err(err)
 }
 
 /// Serve until cancelled, within the configured connection limits;
@@ -509,7 +542,8 @@ pub async fn start(
 ) -> Result<Arc<BootState>, BootError> {
     let listener = bind(settings.listen).await?;
     let state = Arc::new(BootState::new(settings, deps)?);
-    tracing::info!(listen = %state.settings.listen, base_url = %state.settings.base_url, "boot HTTP server listening");
+    tracing::info!(listen = %state.settings.listen, base_url = %state.settings.base_url,
+        base_url6 = state.settings.base_url6.as_deref().unwrap_or("-"), "boot HTTP server listening");
     let served = state.clone();
     tasks.spawn(async move {
         if let Err(e) = serve(listener, served, cancel).await {

@@ -23,6 +23,7 @@ use tracing::Instrument;
 use super::access;
 use super::grub;
 use super::metrics::{Endpoint, ErrorReason};
+use super::netargs;
 use super::script::{self, InstallParams, Platform, WaitReason, is_word};
 use super::{BootState, Params, reply};
 use crate::api::{BootPurpose, BootStep, DiscoveredMachine, MacAddr, Machine};
@@ -74,7 +75,7 @@ async fn serve(st: &BootState, peer: SocketAddr, q: &str) -> Response {
     let p = Params::parse(q);
     let wait = st.settings.wait_seconds;
     if p.get("mac").is_none() {
-        return match script::render_chain(&st.settings.base_url, wait) {
+        return match script::render_chain(st.settings.base_url_for(peer.ip()), wait) {
             Ok(s) => ipxe(s),
             Err(e) => render_failed(st, e),
         };
@@ -148,7 +149,7 @@ async fn pick_in_span(
     let intent = MachineEntry::from_machine(&m).map_or(BootIntent::Idle, |e| e.intent);
     let (kind, rendered) = match &intent {
         BootIntent::Install { boot_id, purpose } => {
-            if !access::from_machine(&m, peer.ip(), st.lease_of(&mac)) {
+            if !access::from_machine(&m, peer.ip(), &st.leases_of(&mac)) {
                 let why = access::Refusal::WrongAddress;
                 return Err(st
                     .refuse(&m, "BootScriptRefused", "install script", peer, why)
@@ -163,7 +164,7 @@ async fn pick_in_span(
             };
             (
                 kind,
-                install(st, &m, &mac, boot_id, *purpose, at, loader).await?,
+                install(st, &m, &mac, boot_id, *purpose, at, loader, peer).await?,
             )
         }
         BootIntent::LocalDisk => (
@@ -214,12 +215,34 @@ fn render_failed(st: &BootState, e: script::ScriptError) -> Response {
 /// What the live system of machine `m`'s boot `boot_id` runs: its OS
 /// image, the cached digests of its kernel, initrd and (Fedora CoreOS)
 /// root filesystem, and its kernel arguments (the class's, the site's,
-/// then the Ignition URL with the boot's token). The iPXE script, GRUB's
-/// configuration and the virtual media ISO are three spellings of it.
+/// the static network when the live system needs one, then the Ignition
+/// URL with the boot's token). The iPXE script, GRUB's configuration and
+/// the virtual media ISO are three spellings of it.
 pub struct Live {
     pub image: crate::api::OsImage,
     pub shas: Vec<String>,
     pub args: Vec<String>,
+    /// The base URL of every URL in `args` (see [`Via`]).
+    pub base: String,
+}
+
+/// How the machine reaches boot HTTP for this boot, which decides the base
+/// URL of its live system's URLs and whether its network is static.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Via {
+    /// Network boot: the script (or GRUB's configuration) was asked for
+    /// from this address. URLs use the base URL of its family
+    /// ([`BootSettings::base_url_for`](super::config::BootSettings::base_url_for)).
+    /// A machine whose `spec.network.address` is IPv6 that came over IPv6
+    /// gets that address as a static network (`ip=[addr]::[gw]:len:...`):
+    /// the lab's live installer has no DHCPv6 client, and the address is
+    /// the one the access rule lets in. Over IPv4 the live system asks
+    /// DHCP, as it always did.
+    Network(std::net::IpAddr),
+    /// Virtual media: no DHCP may run on the segment, so the static
+    /// network of `spec.network` always goes on the command line, and the
+    /// URLs use the base URL of that address's family.
+    Media,
 }
 
 /// [`Live`] for one boot, its images cached (an image that cannot be is a
@@ -229,6 +252,7 @@ pub async fn live(
     m: &Machine,
     mac: &[u8; 6],
     boot_id: &str,
+    via: Via,
 ) -> Result<Live, Response> {
     let class = st.class_of(m).await?;
     let image = m
@@ -259,10 +283,35 @@ pub async fn live(
             }
         }
     }
+    let net = m.spec.network.as_ref();
+    let v6 = netargs::address6(net);
+    let (base, static_net) = match via {
+        Via::Network(peer) => {
+            let over_v6 = crate::directory::plain_ip(peer).is_ipv6();
+            let args = if over_v6 && v6.is_some() {
+                netargs::network_args(net, Some(*mac))
+            } else {
+                Vec::new()
+            };
+            (st.settings.base_url_for(peer), args)
+        }
+        Via::Media => {
+            let boot_mac = m
+                .spec
+                .boot_mac_address
+                .as_deref()
+                .and_then(|s| s.parse::<MacAddr>().ok())
+                .map(MacAddr::octets);
+            let base = match v6 {
+                Some(a) => st.settings.base_url_for(std::net::IpAddr::V6(a.addr())),
+                None => st.settings.base_url.as_str(),
+            };
+            (base, netargs::network_args(net, boot_mac))
+        }
+    };
     let uid = m.metadata.uid.as_deref().unwrap_or_default();
     let token = st.key.mint(uid, boot_id);
-    let ctx = st.ignition_context(mac, &token, boot_id);
-    let base = &st.settings.base_url;
+    let ctx = st.ignition_context(base, mac, &token, boot_id);
     let mh = MacAddr(*mac).hyphenated();
     let ignition_url = format!("{base}/ignition?{}", ctx.callhome_query);
     let mut args = class.spec.kernel_args.clone();
@@ -272,6 +321,9 @@ pub async fn live(
             "coreos.live.rootfs_url={base}/images/{sha}/rootfs?mac={mh}"
         ));
     }
+    // The static network before the Ignition arguments: the Ignition URL
+    // stays last.
+    args.extend(static_net);
     args.extend([
         "ignition.firstboot".to_string(),
         "ignition.platform.id=metal".to_string(),
@@ -280,9 +332,17 @@ pub async fn live(
         // home at the same URL with `/ignition?` -> `/callhome/{what}?`.
         format!("metalherd.ignition={ignition_url}"),
     ]);
-    Ok(Live { image, shas, args })
+    Ok(Live {
+        image,
+        shas,
+        args,
+        base: base.to_string(),
+    })
 }
 
+// One caller; each argument is a different fact of the request (a struct
+// for them would only be unpacked here again).
+#[allow(clippy::too_many_arguments)]
 async fn install(
     st: &BootState,
     m: &Machine,
@@ -291,9 +351,14 @@ async fn install(
     purpose: BootPurpose,
     at: Query<'_>,
     loader: Loader,
+    peer: SocketAddr,
 ) -> Result<Result<String, script::ScriptError>, Response> {
-    let Live { image, shas, args } = live(st, m, mac, boot_id).await?;
-    let base = &st.settings.base_url;
+    let Live {
+        image,
+        shas,
+        args,
+        base,
+    } = live(st, m, mac, boot_id, Via::Network(peer.ip())).await?;
     let mh = MacAddr(*mac).hyphenated();
     let image_url = |sha: &str, name: &str| format!("{base}/images/{sha}/{name}?mac={mh}");
     // GRUB reads its files over TFTP, from the server it booted from.

@@ -38,7 +38,7 @@ fn ask(token: &str, peer: &str) -> Ask<'static> {
     Ask {
         token: Box::leak(token.to_string().into_boxed_str()),
         peer: peer.parse().unwrap(),
-        lease: None,
+        leases: &[],
         need: Need::OpenBoot,
         now: t(20),
         ttl: TTL,
@@ -58,7 +58,7 @@ fn the_rule() {
     );
     // The lease address counts too.
     let leased = Ask {
-        lease: "10.77.0.51".parse().ok(),
+        leases: &["10.77.0.51".parse().unwrap()],
         ..ask(&good, "10.77.0.51")
     };
     assert!(authorize(&k, &m, &leased).is_ok());
@@ -229,4 +229,95 @@ fn call_homes_come_in_the_order_the_boot_allows() {
         callhome(&BootStep::Booted, &wiped, &[]),
         Err(Refusal::BootedBeforeInstalled)
     );
+}
+
+/// [`machine`] reserved at `address` instead.
+fn machine_at(address: &str) -> Machine {
+    let mut m = machine(false, true);
+    m.spec.network = Some(MachineNetwork {
+        address: Some(address.into()),
+        ..Default::default()
+    });
+    m
+}
+
+#[test]
+fn an_ipv6_machine_is_reached_from_its_ipv6_address_or_an_ipv6_lease() {
+    let k = TokenKey::from_bytes([1; 32]);
+    let good = k.mint("uid-1", "boot-1");
+    let m = machine_at("fd00:89::7/64");
+    assert!(authorize(&k, &m, &ask(&good, "fd00:89::7")).is_ok());
+    for wrong in [
+        "fd00:89::8",
+        "fe80::5054:ff:fe00:7",
+        "10.77.0.50",
+        "::ffff:10.77.0.50",
+    ] {
+        assert_eq!(
+            authorize(&k, &m, &ask(&good, wrong)),
+            Err(Refusal::WrongAddress),
+            "{wrong}"
+        );
+    }
+    // A DHCPv6 lease counts like a DHCPv4 one, beside an IPv4 lease.
+    let leases: [IpAddr; 2] = [
+        "10.77.0.60".parse().unwrap(),
+        "fd00:89::1:20".parse().unwrap(),
+    ];
+    let leased = Ask {
+        leases: &leases,
+        ..ask(&good, "fd00:89::1:20")
+    };
+    assert!(authorize(&k, &m, &leased).is_ok());
+    // An IPv4 machine with only a DHCPv6 lease is reached over IPv6 too.
+    let v4 = machine(false, true);
+    let leased = Ask {
+        leases: &leases[1..],
+        ..ask(&good, "fd00:89::1:20")
+    };
+    assert!(authorize(&k, &v4, &leased).is_ok());
+    // An IPv4 lease seen through a dual-stack socket, or handed over as a
+    // mapped address by a lookup, still matches the IPv4 peer.
+    let mapped: [IpAddr; 1] = ["::ffff:10.77.0.61".parse().unwrap()];
+    let leased = Ask {
+        leases: &mapped,
+        ..ask(&good, "10.77.0.61")
+    };
+    assert!(authorize(&k, &v4, &leased).is_ok());
+    assert_eq!(
+        allowed_addresses(&m, &leases),
+        vec![
+            "fd00:89::7".parse::<IpAddr>().unwrap(),
+            "10.77.0.60".parse().unwrap(),
+            "fd00:89::1:20".parse().unwrap()
+        ]
+    );
+}
+
+#[test]
+fn lease_lookups_answer_every_family_together() {
+    struct Fixed(Vec<IpAddr>);
+    impl LeaseLookup for Fixed {
+        fn addresses_of(&self, mac: &[u8; 6]) -> Vec<IpAddr> {
+            if *mac == [2, 0, 0, 0, 0, 1] {
+                self.0.clone()
+            } else {
+                Vec::new()
+            }
+        }
+    }
+    let v4: Arc<dyn LeaseLookup> = Arc::new(Fixed(vec!["10.0.0.5".parse().unwrap()]));
+    let v6: Arc<dyn LeaseLookup> = Arc::new(Fixed(vec!["fd00::5".parse().unwrap()]));
+    let both = LeaseLookups(vec![v4, v6]);
+    assert_eq!(
+        both.addresses_of(&[2, 0, 0, 0, 0, 1]),
+        vec![
+            "10.0.0.5".parse::<IpAddr>().unwrap(),
+            "fd00::5".parse().unwrap()
+        ]
+    );
+    assert!(both.addresses_of(&[2, 0, 0, 0, 0, 2]).is_empty());
+    // The DHCPv4 server's view answers through the trait as before.
+    let view = crate::dhcp::LeaseView::new(&[]);
+    assert!(LeaseLookup::addresses_of(&view, &[2, 0, 0, 0, 0, 1]).is_empty());
 }
