@@ -1,59 +1,55 @@
 //! An optional IPv6 router advertisement on the boot interface (an ICMPv6
-//! service of its own, started by `serve` beside the boot HTTP server), only
-//! to end
-//! iPXE's wait for IPv6 autoconfiguration (about 13 s per boot with Debian's
-//! iPXE when no router answers).
+//! service of its own, started by `serve` beside the boot HTTP server).
 //!
-//! The advertisement is the least intrusive one that does it: router
-//! lifetime 0 (not a default router), no prefix options (nobody forms an
-//! address from it), M and O flags clear (no DHCPv6), hop limit, reachable
-//! time and retransmit timer 0 (unspecified: hosts keep their own). iPXE
-//! takes any solicited advertisement as "IPv6 configuration done" and moves
-//! on with IPv4. Trade-offs: every host on the link sees an extra router
-//! that offers nothing; a link that has a real IPv6 router needs none of
-//! this (leave it off); switches with RA guard may drop it; and iPXE then
-//! has no IPv6 beyond link-local, so it boots over IPv4 only.
+//! By default it is the least intrusive one that ends iPXE's wait for IPv6
+//! autoconfiguration (about 13 s per boot with Debian's iPXE when no router
+//! answers): router lifetime 0 (not a default router), no prefix options
+//! (nobody forms an address from it), M and O flags clear (no DHCPv6), hop
+//! limit, reachable time and retransmit timer 0 (unspecified: hosts keep
+//! their own). iPXE takes any solicited advertisement as "IPv6
+//! configuration done" and moves on with IPv4. Trade-offs: every host on
+//! the link sees an extra router that offers nothing; a link that has a
+//! real IPv6 router needs none of this (leave it off); switches with RA
+//! guard may drop it; and iPXE then has no IPv6 beyond link-local, so it
+//! boots over IPv4 only.
+//!
+//! For an IPv6-only boot network the settings ([`config`]) add what the
+//! firmware needs: the M flag (iPXE runs stateful DHCPv6 only when an
+//! advertisement sets it; O alone makes it stateless), a Prefix
+//! Information option with L set for the boot prefix (EDK2's PXE and HTTP
+//! boot reach a server only through an on-link prefix or a default
+//! router), and a router lifetime when hosts should route through this
+//! host. The bytes are built by [`advert`] (pure).
 //!
 //! Solicitations (ICMPv6 133) are answered at once with a multicast
 //! advertisement (at most one per 500 ms); an unsolicited one goes out every
-//! `interval`. Needs CAP_NET_RAW. The packet codec is pure; the socket loop
-//! is thin.
+//! `interval`. Needs CAP_NET_RAW. The socket loop is thin.
+
+pub mod advert;
+pub mod config;
+
+pub use advert::{Advertisement, Prefix, is_solicitation};
+pub use config::{PrefixConfig, RaConfigError, RouterAdvertisementConfig};
 
 use std::io::Read;
-use std::net::{Ipv6Addr, SocketAddrV6};
+use std::net::SocketAddrV6;
 use std::time::{Duration, Instant};
 
 use socket2::{Domain, Protocol, SockAddr, Socket, Type};
 use tokio::io::unix::AsyncFd;
 use tokio_util::sync::CancellationToken;
 
-/// Validated settings (from `boot.routerAdvertisement` in the config file).
+/// Validated settings (from `boot.routerAdvertisement` in the config file,
+/// see [`config`]).
 #[derive(Clone, Debug)]
 pub struct RaSettings {
     pub interface: String,
     pub interval: Duration,
+    /// What every advertisement says.
+    pub advertisement: Advertisement,
 }
 
-const ICMPV6_ROUTER_SOLICITATION: u8 = 133;
-const ICMPV6_ROUTER_ADVERTISEMENT: u8 = 134;
-const ALL_NODES: Ipv6Addr = Ipv6Addr::new(0xff02, 0, 0, 0, 0, 0, 0, 1);
-const ALL_ROUTERS: Ipv6Addr = Ipv6Addr::new(0xff02, 0, 0, 0, 0, 0, 0, 2);
-
-/// The advertisement (RFC 4861 §4.2), 16 bytes; the kernel fills the
-/// checksum of ICMPv6 raw sockets.
-pub fn advertisement() -> [u8; 16] {
-    let mut p = [0u8; 16];
-    p[0] = ICMPV6_ROUTER_ADVERTISEMENT;
-    // code 0, checksum 0 (kernel), cur hop limit 0, flags 0,
-    // router lifetime 0, reachable time 0, retrans timer 0.
-    p
-}
-
-/// Whether an ICMPv6 message (as a raw socket delivers it, without the IPv6
-/// header) is a router solicitation.
-pub fn is_solicitation(msg: &[u8]) -> bool {
-    msg.len() >= 8 && msg[0] == ICMPV6_ROUTER_SOLICITATION && msg[1] == 0
-}
+use advert::{ALL_NODES, ALL_ROUTERS};
 
 #[derive(Debug, thiserror::Error)]
 pub enum RaError {
@@ -105,11 +101,14 @@ async fn run_once(cfg: &RaSettings, cancel: &CancellationToken) -> Result<(), Ra
     #[allow(deprecated)]
     let fd = AsyncFd::new(sock).map_err(io)?;
     let dest = SockAddr::from(SocketAddrV6::new(ALL_NODES, 0, 0, ifindex));
-    let pkt = advertisement();
+    let pkt = cfg.advertisement.encode();
     let mut tick = tokio::time::interval(cfg.interval);
     let mut last_sent: Option<Instant> = None;
     let mut buf = [0u8; 1500];
-    tracing::info!(interface = %cfg.interface, "sending minimal IPv6 router advertisements");
+    let a = &cfg.advertisement;
+    tracing::info!(interface = %cfg.interface, managed = a.managed, other = a.other,
+        router_lifetime = a.router_lifetime, prefixes = a.prefixes.len(),
+        "sending IPv6 router advertisements");
     loop {
         let send = tokio::select! {
             _ = cancel.cancelled() => return Ok(()),
@@ -135,23 +134,5 @@ async fn run_once(cfg: &RaSettings, cancel: &CancellationToken) -> Result<(), Ra
                 Err(e) => tracing::debug!(error = %e, "router advertisement not sent"),
             }
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn packet_is_minimal() {
-        let p = advertisement();
-        assert_eq!(p[0], 134);
-        assert!(
-            p[1..].iter().all(|b| *b == 0),
-            "lifetime 0, no flags, no options"
-        );
-        assert!(is_solicitation(&[133, 0, 0, 0, 0, 0, 0, 0]));
-        assert!(!is_solicitation(&[134, 0, 0, 0, 0, 0, 0, 0]));
-        assert!(!is_solicitation(&[133, 0]));
     }
 }

@@ -9,8 +9,8 @@
 //!   assetsDir: boot-assets          # served under /assets/
 //!   kernelArgs: [console=ttyS0]     # appended to every install kernel line
 //!   tokenTtlSeconds: 2100           # a boot's token lives this long after power-on
-//!   routerAdvertisement:            # off unless present (see src/ra.rs)
-//!     interface: br0
+//!   routerAdvertisement:            # off unless present (see src/ra.rs and
+//!     interface: br0                # src/ra/config.rs for flags and prefixes)
 //!   maxConnections: 1024            # open connections, all clients together
 //!   maxConnectionsPerClient: 32     # open connections from one address
 //!   headerTimeoutSeconds: 15        # to send a request header; idle keep-alive
@@ -26,6 +26,7 @@ use serde::Deserialize;
 
 use crate::http::limits::ConnLimits;
 use crate::ra::RaSettings;
+pub use crate::ra::RouterAdvertisementConfig;
 
 use super::script::{UnsafeValue, check_kernel_arg};
 
@@ -60,8 +61,10 @@ pub struct BootConfig {
     /// controller's `installDeadlineSeconds` plus 5 minutes. 60 to 604800.
     #[serde(default)]
     pub token_ttl_seconds: Option<u64>,
-    /// Send IPv6 router advertisements on the boot interface to end iPXE's
-    /// IPv6 autoconfiguration wait. Off unless present.
+    /// Send IPv6 router advertisements on the boot interface: by default
+    /// minimal ones that end iPXE's IPv6 autoconfiguration wait; with M/O
+    /// flags and prefixes, the ones an IPv6-only boot network needs. Off
+    /// unless present.
     #[serde(default)]
     pub router_advertisement: Option<RouterAdvertisementConfig>,
     /// Open connections at most, from all clients together (1024).
@@ -84,17 +87,6 @@ pub struct BootConfig {
     /// Debian's `systemd-boot-efi` by default.
     #[serde(default)]
     pub virtual_media_loader: Option<PathBuf>,
-}
-
-#[derive(Clone, Debug, Default, Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct RouterAdvertisementConfig {
-    /// The boot interface (link) to advertise on.
-    pub interface: String,
-    /// Seconds between unsolicited advertisements (solicitations are
-    /// answered at once); 10 by default.
-    #[serde(default)]
-    pub interval_seconds: Option<u32>,
 }
 
 /// Validated boot settings.
@@ -134,8 +126,8 @@ pub enum BootConfigError {
     BaseUrlRequired,
     #[error("boot.kernelArgs[{0}]: {1}")]
     KernelArg(usize, UnsafeValue),
-    #[error("boot.routerAdvertisement.interface {0:?} is not an interface name")]
-    Interface(String),
+    #[error(transparent)]
+    RouterAdvertisement(#[from] crate::ra::RaConfigError),
     #[error("boot.tokenTtlSeconds {0}: must be between 60 and 604800")]
     TokenTtl(u64),
     #[error("boot.{0} {1}: must be between {2} and {3}")]
@@ -180,23 +172,7 @@ impl BootConfig {
         }
         let router_advertisement = match &self.router_advertisement {
             None => None,
-            Some(ra) => {
-                let ok = !ra.interface.is_empty()
-                    && ra.interface.len() < 16
-                    && ra
-                        .interface
-                        .bytes()
-                        .all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b));
-                if !ok {
-                    return Err(BootConfigError::Interface(ra.interface.clone()));
-                }
-                Some(RaSettings {
-                    interface: ra.interface.clone(),
-                    interval: std::time::Duration::from_secs(u64::from(
-                        ra.interval_seconds.unwrap_or(10).clamp(1, 1800),
-                    )),
-                })
-            }
+            Some(ra) => Some(RaSettings::try_from(ra)?),
         };
         Ok(BootSettings {
             listen,
