@@ -2,7 +2,7 @@
 //! [`TftpEvents`]; [`BootTimeline`] turns completed ones into `TFTP` steps
 //! of the Machine that has the peer's address. Never blocks the transfer.
 
-use std::net::{IpAddr, SocketAddr};
+use std::net::SocketAddr;
 
 use crate::api::BootEvent;
 use crate::directory::{BootIntent, BootRecorder, Directory};
@@ -55,7 +55,8 @@ fn detail_of(file: &str) -> String {
 }
 
 /// Appends a boot step (file, bytes; see [`step_of`]) to the Machine whose reserved
-/// address is the peer's; transfers from unknown addresses are not recorded.
+/// address (IPv4 or IPv6) is the peer's, an IPv4-mapped peer counting as
+/// IPv4; transfers from unknown addresses are not recorded.
 pub struct BootTimeline {
     pub directory: Directory,
     pub recorder: BootRecorder,
@@ -66,8 +67,8 @@ impl TftpEvents for BootTimeline {
         if r.outcome != "complete" {
             return;
         }
-        let IpAddr::V4(ip) = r.peer.ip() else { return };
-        let Some(m) = self.directory.by_ip(&ip) else {
+        // IPv4, IPv6, and IPv4 as a dual-stack `[::]` socket sees it.
+        let Some(m) = self.directory.by_peer(r.peer.ip()) else {
             return;
         };
         let boot_id = match &m.intent {
@@ -149,6 +150,69 @@ mod tests {
         assert_eq!(history[0].step, crate::api::BootStep::Tftp);
         assert_eq!(history[0].detail, "ipxe.efi");
         assert_eq!(history[0].bytes, Some(850_528));
+        cancel.cancel();
+    }
+
+    /// The steps of the Machine `name` once `n` are recorded.
+    async fn steps(store: &MemoryStore, name: &str, n: usize) -> Vec<BootEvent> {
+        for _ in 0..3000 {
+            let m: Machine = store.get_obj("default", name).await.unwrap();
+            let h = m.status.unwrap_or_default().boot_history;
+            if h.len() >= n {
+                return h;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+        panic!("{name}: {n} steps were never recorded");
+    }
+
+    #[tokio::test]
+    async fn ipv6_and_ipv4_mapped_peers_find_their_machine() {
+        let machine = |name: &str, mac: &str, address: &str| {
+            let mut m = Machine::new(
+                name,
+                MachineSpec {
+                    boot_mac_address: Some(mac.into()),
+                    network: Some(MachineNetwork {
+                        address: Some(address.into()),
+                        ..Default::default()
+                    }),
+                    ..Default::default()
+                },
+            );
+            m.metadata.namespace = Some("default".into());
+            m.spec.bmc.address = "ipmi://10.20.0.2".into();
+            m.spec.bmc.credentials_secret_ref.name = "bmc".into();
+            m
+        };
+        let six = machine("six", "52:54:00:12:34:66", "fd00:89::7/64");
+        let four = machine("four", "52:54:00:12:34:44", "10.20.0.7/24");
+        let directory = Directory::new();
+        let store = Arc::new(MemoryStore::new());
+        for m in [&six, &four] {
+            directory.upsert(m);
+            store.create_obj(m).await.unwrap();
+        }
+        let cancel = CancellationToken::new();
+        let timeline = BootTimeline {
+            directory,
+            recorder: BootRecorder::spawn(store.clone(), cancel.clone()),
+        };
+        let report = |ip: &str, file| TransferReport {
+            peer: SocketAddr::new(ip.parse().unwrap(), 1234),
+            file,
+            bytes: 10,
+            outcome: "complete",
+        };
+        timeline.transfer_finished(&report("fd00:89::8", "stranger.efi"));
+        timeline.transfer_finished(&report("fd00:89::7", "ipxe.efi"));
+        timeline.transfer_finished(&report("::ffff:10.20.0.7", "undionly.kpxe"));
+        let h = steps(&store, "six", 1).await;
+        assert_eq!(h.len(), 1, "{h:?}");
+        assert_eq!(h[0].detail, "ipxe.efi");
+        let h = steps(&store, "four", 1).await;
+        assert_eq!(h.len(), 1, "{h:?}");
+        assert_eq!(h[0].detail, "undionly.kpxe");
         cancel.cancel();
     }
 

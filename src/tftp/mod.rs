@@ -5,7 +5,7 @@
 //! - [`session`]: one transfer as a state machine (no I/O, no clock);
 //! - [`netascii`]: the netascii transfer mode over any file;
 //! - [`refuse`]: which datagrams get an ERROR, and the budget of ERROR replies;
-//! - [`server`]: sockets, tasks, timers, shutdown;
+//! - [`server`]: tasks, timers, shutdown; [`socket`]: its sockets, either family;
 //! - [`burst`]: a session's datagrams out in as few sends as possible (UDP GSO);
 //! - [`metrics`], [`events`]: what the rest of metalherd sees of transfers.
 
@@ -18,6 +18,7 @@ pub mod packet;
 pub mod refuse;
 pub mod server;
 pub mod session;
+pub mod socket;
 
 pub use config::{TftpConfig, TftpSettings};
 pub use events::{BootTimeline, NoEvents, TftpEvents, TransferReport};

@@ -58,17 +58,7 @@ pub struct TftpServer {
 pub fn bind(settings: &TftpSettings) -> Result<TftpServer, TftpError> {
     let addr = settings.listen;
     let bind_err = |source| TftpError::Bind { addr, source };
-    let sock = socket2::Socket::new(
-        socket2::Domain::for_address(addr),
-        socket2::Type::DGRAM,
-        Some(socket2::Protocol::UDP),
-    )
-    .map_err(bind_err)?;
-    // A boot storm arrives as a burst of requests: give them room.
-    let _ = sock.set_recv_buffer_size(4 << 20);
-    sock.set_nonblocking(true).map_err(bind_err)?;
-    sock.bind(&addr.into()).map_err(bind_err)?;
-    let socket: std::net::UdpSocket = sock.into();
+    let socket = super::socket::listener(addr).map_err(bind_err)?;
     let local = socket.local_addr().map_err(bind_err)?;
     Ok(TftpServer {
         socket,
@@ -96,7 +86,8 @@ struct Ctx {
     events: Arc<dyn TftpEvents>,
     metrics: TftpMetrics,
     limits: Limits,
-    local_ip: IpAddr,
+    /// The listening address (its IP and scope; transfers bind beside it).
+    local: SocketAddr,
     /// Peers with a transfer running, with a digest of the request that
     /// started it and the transfer's id: a retransmitted (byte-identical)
     /// request from the same address and port must not start a second
@@ -194,7 +185,7 @@ impl TftpServer {
             events,
             metrics,
             limits: self.settings.limits,
-            local_ip: self.local.ip(),
+            local: self.local,
             active: Mutex::new(HashMap::new()),
             per_client: Mutex::new(HashMap::new()),
             max_per_client: self.settings.max_transfers_per_client,
@@ -404,7 +395,7 @@ async fn transfer_inner(
     req: &Request,
     stop: CancellationToken,
 ) -> (&'static str, u64) {
-    let sock = match new_transfer_socket(ctx.local_ip, peer).await {
+    let sock = match super::socket::transfer(ctx.local, peer).await {
         Ok(s) => s,
         Err(e) => {
             tracing::warn!(error = %e, "cannot open a transfer socket");
@@ -566,12 +557,4 @@ async fn transfer_inner(
         }
     };
     (word, bytes)
-}
-
-/// A socket on a new port (the server's TID for this transfer), connected
-/// to the client so the kernel drops datagrams from any other TID.
-async fn new_transfer_socket(local_ip: IpAddr, peer: SocketAddr) -> std::io::Result<UdpSocket> {
-    let sock = UdpSocket::bind(SocketAddr::new(local_ip, 0)).await?;
-    sock.connect(peer).await?;
-    Ok(sock)
 }
