@@ -1,5 +1,6 @@
 //! Story: a server's firmware fetches its boot loader over TFTP. Real
-//! clients (curl, atftp) on loopback fetch files byte-identical from
+//! clients (curl, atftp) on loopback (127.0.0.1, and ::1 on a dual-stack
+//! `[::]` listener) fetch files byte-identical from
 //! metalherd's TFTP server, with default options and with blksize, tsize
 //! and windowsize, and 200 of them at once all finish.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
@@ -159,5 +160,69 @@ async fn two_hundred_concurrent_clients_all_finish() {
     })
     .await;
     assert_eq!(fx.metrics.active.get(), 0);
+    fx.stop().await;
+}
+
+/// A server listening on `[::]` serves IPv6 clients (curl and atftp over
+/// `::1`) and IPv4 ones on the same socket, and refuses a traversal over
+/// IPv6 with the same ERROR packet as over IPv4.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ipv6_clients_are_served_and_refused_like_ipv4_ones() {
+    use metalherd::tftp::packet::{Mode, Packet, Request};
+    let fx = start(|c| c.listen = "[::]:0".parse().unwrap()).await;
+    let port = fx.addr.port();
+    let out_dir = tempfile::tempdir().unwrap();
+    let mut n = 0;
+    for host in ["[::1]", "127.0.0.1"] {
+        for f in ["ipxe.efi", "sub/nested.txt", "empty"] {
+            let out = out_dir.path().join(format!("out{n}"));
+            n += 1;
+            let url = format!("tftp://{host}:{port}/{f}");
+            let o = curl(&url, &out, &["--tftp-blksize", "1400"]).await;
+            assert!(o.status.success(), "curl {url}: {o:?}");
+            assert_eq!(std::fs::read(&out).unwrap(), expected(&fx, f), "{url}");
+        }
+    }
+    let v6: std::net::SocketAddr = format!("[::1]:{port}").parse().unwrap();
+    let out = out_dir.path().join("atftp6");
+    let o = atftp_get(
+        v6,
+        "ipxe.efi",
+        &out,
+        &["blksize 1400", "windowsize 8", "tsize"],
+    )
+    .await;
+    assert_eq!(
+        std::fs::read(&out).unwrap_or_default(),
+        expected(&fx, "ipxe.efi"),
+        "atftp over ::1: {o:?}"
+    );
+    // A traversal over IPv6: an ERROR (access violation) from a transfer
+    // socket, naming no path.
+    let s = std::net::UdpSocket::bind("[::1]:0").unwrap();
+    s.set_read_timeout(Some(std::time::Duration::from_secs(10)))
+        .unwrap();
+    let rrq = Packet::Rrq(Request {
+        filename: "../outside/secret".into(),
+        mode: Mode::Octet,
+        options: Vec::new(),
+    })
+    .encode()
+    .to_vec();
+    s.send_to(&rrq, v6).unwrap();
+    let (from, p) = common::tftp::recv_packet(&s);
+    assert_ne!(from.port(), port, "errors come from a transfer socket");
+    match p {
+        Packet::Error { code, message } => {
+            assert_eq!(code, 2, "{message}");
+            assert!(!message.contains('/'), "{message}");
+        }
+        other => panic!("expected ERROR, got {other:?}"),
+    }
+    eventually("all transfers counted", || {
+        fx.metrics.transfers_with("complete") == n + 1
+            && fx.metrics.transfers_with("forbidden") == 1
+    })
+    .await;
     fx.stop().await;
 }
