@@ -106,6 +106,22 @@ mod tests {
     }
 
     #[test]
+    fn an_ipv6_machine_names_its_nic_and_may_have_no_gateway() {
+        let n = net("fd00:89::7/64", None, &["fd00:89::53"]);
+        assert_eq!(
+            network_args(Some(&n), Some([0x52, 0x54, 0, 0x89, 0, 7])),
+            [
+                "ifname=boot0:52:54:00:89:00:07",
+                "ip=[fd00:89::7]:::64:vm1:boot0:none",
+                "nameserver=fd00:89::53",
+            ]
+        );
+        assert_eq!(address6(Some(&n)), Some("fd00:89::7/64".parse().unwrap()));
+        assert_eq!(address6(Some(&net("10.0.0.7/24", None, &[]))), None);
+        assert_eq!(address6(None), None);
+    }
+
+    #[test]
     fn no_address_no_arguments() {
         assert!(network_args(None, None).is_empty());
         let mut n = net("10.0.0.7/24", None, &[]);

@@ -413,7 +413,8 @@ async fn discovered(st: &BootState, mac: &[u8; 6], peer: SocketAddr) {
                 return;
             }
             d.spec.last_seen = now;
-            d.spec.address = Some(peer.ip().to_string());
+            // An IPv4 client of a dual-stack listener as its IPv4 address.
+            d.spec.address = Some(super::once::plain(peer.ip()));
             store.update_obj(&d).await.map(|_| ())
         }
         Err(e) if e.is_not_found() => Ok(()),
