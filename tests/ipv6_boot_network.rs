@@ -9,7 +9,8 @@
 //!   on-link route from it.
 //! - TFTP on `[::]` serves the IPv6 host (curl and atftp) and IPv4 clients
 //!   on the same socket (IPv4-mapped), each transfer recorded as a step of
-//!   its Machine; a hostile request is refused as over IPv4.
+//!   its Machine; a hostile request is refused as over IPv4. TFTP bound to
+//!   a link-local address (`[fe80::1%IFINDEX]`) serves the link too.
 //! - Boot HTTP on `[::]` hands the IPv6 host a script whose URLs are under
 //!   `boot.baseUrl6` and whose kernel arguments carry its static IPv6
 //!   address from `spec.network`; it fetches its Ignition config and calls
@@ -40,6 +41,7 @@ struct Net {
     server: Server,
     host: Netns,
     host_if: String,
+    srv_if: String,
     assets: tempfile::TempDir,
 }
 
@@ -87,6 +89,9 @@ fn start(extra_ra: &str) -> Net {
         &srv_if,
         "nodad",
     ]);
+    // A fixed link-local address beside the kernel's, for a TFTP server
+    // bound to a scoped address.
+    srv.exec(&["ip", "addr", "add", "fe80::1/64", "dev", &srv_if, "nodad"]);
     srv.exec(&["ip", "link", "set", &srv_if, "up"]);
     host.exec(&["ip", "link", "set", &host_if, "up"]);
     settled(&srv);
@@ -108,6 +113,7 @@ fn start(extra_ra: &str) -> Net {
         server,
         host,
         host_if,
+        srv_if,
         assets,
     }
 }
@@ -451,4 +457,40 @@ fn a_machine_boots_over_ipv6_from_tftp_and_boot_http() {
     assert!(!script4.contains(" ip="), "{script4}");
     assert!(!script4.contains(&base6), "{script4}");
     steps_until(s, "four", &["Script"]);
+}
+
+/// TFTP bound to a link-local address (its scope named by the interface
+/// index, as `SocketAddr` spells it) answers from transfer sockets on the
+/// same scoped address: a client on the link fetches over `fe80::1%if`.
+#[test]
+fn tftp_on_a_link_local_address_serves_the_link() {
+    let net = start("");
+    let srv_ns = net.server.ns.clone().unwrap();
+    let link = srv_ns.exec(&["ip", "-o", "link", "show", "dev", &net.srv_if]);
+    let index: u32 = link.split(':').next().unwrap().trim().parse().unwrap();
+    let yaml = format!(
+        "controller:\n  enabled: false\ntftp:\n  listen: '[fe80::1%{index}]:{port}'\n  root: {root}\n",
+        port = TFTP_PORT + 1,
+        root = net.assets.path().display(),
+    );
+    let _scoped = Server::start_in_netns(Some(&yaml), srv_ns, &[]);
+    let want = std::fs::read(net.assets.path().join("ipxe.efi")).unwrap();
+    let out = tempfile::tempdir().unwrap();
+    let got = out.path().join("ll.efi");
+    let url = format!(
+        "tftp://[fe80::1%25{}]:{}/ipxe.efi",
+        net.host_if,
+        TFTP_PORT + 1
+    );
+    let mut ok = false;
+    // The server may still be binding: retry briefly.
+    for _ in 0..20 {
+        ok = curl_in(&net.host, &["-o", got.to_str().unwrap(), &url]).0;
+        if ok {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert!(ok, "{url}");
+    assert_eq!(std::fs::read(&got).unwrap(), want);
 }
