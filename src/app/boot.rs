@@ -68,6 +68,22 @@ pub(super) async fn start(
         });
     }
 
+    let mut lease_view6 = None;
+    if let Some(wire) = config.dhcp6.clone() {
+        let metrics = crate::dhcp::v6::metrics::Dhcp6Metrics::default();
+        registry.with_registry(|r| metrics.register(r));
+        let settings = crate::dhcp::v6::Dhcp6Settings::try_from(wire).context("config dhcp6")?;
+        let bound = crate::dhcp::v6::server::BoundServer6::bind(settings, data_dir).await?;
+        lease_view6 = Some(bound.lease_view());
+        let (dir, rec, c) = (directory.clone(), recorder.clone(), cancel.clone());
+        tasks.spawn(async move {
+            if let Err(e) = bound.serve(dir, rec, metrics, c.clone()).await {
+                tracing::error!(error = %e, "DHCPv6 server stopped");
+                c.cancel();
+            }
+        });
+    }
+
     let boot_settings = match config.boot.clone() {
         Some(wire) => {
             // Tokens outlive the install deadline the controller runs with.
@@ -110,8 +126,7 @@ pub(super) async fn start(
                     ignition: Arc::new(crate::http::boot::renderer::Renderer {
                         store: store.clone(),
                     }),
-                    leases: lease_view
-                        .map(|v| Arc::new(v) as Arc<dyn crate::http::boot::LeaseLookup>),
+                    leases: dhcp_leases(lease_view, lease_view6),
                     metrics,
                 },
                 tasks,
@@ -150,4 +165,33 @@ pub(super) async fn start(
         lease_releaser,
         firmware,
     })
+}
+
+/// What boot HTTP asks for a Machine's leased addresses: the DHCPv4 and
+/// the DHCPv6 server's views, whichever run here.
+fn dhcp_leases(
+    v4: Option<crate::dhcp::LeaseView>,
+    v6: Option<crate::dhcp::v6::LeaseView6>,
+) -> Option<Arc<dyn crate::http::boot::LeaseLookup>> {
+    let mut all: Vec<Arc<dyn crate::http::boot::LeaseLookup>> = Vec::new();
+    all.extend(v4.map(|v| Arc::new(v) as Arc<dyn crate::http::boot::LeaseLookup>));
+    all.extend(v6.map(|v| Arc::new(Leases6(v)) as Arc<dyn crate::http::boot::LeaseLookup>));
+    match all.len() {
+        0 => None,
+        1 => all.pop(),
+        _ => Some(Arc::new(crate::http::boot::LeaseLookups(all))),
+    }
+}
+
+/// The DHCPv6 server's bound, unexpired leases, as boot HTTP asks for them.
+struct Leases6(crate::dhcp::v6::LeaseView6);
+
+impl crate::http::boot::LeaseLookup for Leases6 {
+    fn addresses_of(&self, mac: &[u8; 6]) -> Vec<std::net::IpAddr> {
+        self.0
+            .addresses_of(mac, crate::dhcp::server::unix_now())
+            .into_iter()
+            .map(std::net::IpAddr::V6)
+            .collect()
+    }
 }

@@ -12,6 +12,10 @@ use serde::Deserialize;
 pub struct ConfigFile {
     #[serde(default)]
     pub dhcp: Option<crate::dhcp::config::DhcpConfig>,
+    /// DHCPv6 (`dhcp6:`), beside or instead of DHCPv4; see
+    /// `src/dhcp/v6/config.rs`.
+    #[serde(default)]
+    pub dhcp6: Option<crate::dhcp::v6::Dhcp6Config>,
     #[serde(default)]
     pub tftp: Option<crate::tftp::config::TftpConfig>,
     #[serde(default)]

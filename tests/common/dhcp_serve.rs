@@ -11,6 +11,18 @@ use super::proc::{ChildGuard, wait_for};
 
 /// Start `metalherd serve` in `ns` and wait until DHCP is bound.
 pub fn start(ns: &Netns, config: &Path, data_dir: &Path, log: &Path) -> ChildGuard {
+    start_until(ns, config, data_dir, log, "dhcp server bound")
+}
+
+/// Start `metalherd serve` in `ns` and wait until its log says `bound`
+/// (`dhcp6 server bound` for DHCPv6).
+pub fn start_until(
+    ns: &Netns,
+    config: &Path,
+    data_dir: &Path,
+    log: &Path,
+    bound: &str,
+) -> ChildGuard {
     let port = super::free_port().to_string();
     let bin = super::metalherd_bin();
     let mut cmd = ns.command(bin.to_str().unwrap());
@@ -26,7 +38,7 @@ pub fn start(ns: &Netns, config: &Path, data_dir: &Path, log: &Path) -> ChildGua
     let mut g = ChildGuard::spawn("metalherd", &mut cmd, log);
     let ok = wait_for(Duration::from_secs(30), || {
         let text = std::fs::read_to_string(log).unwrap_or_default();
-        if text.contains("dhcp server bound") {
+        if text.contains(bound) {
             return Some(true);
         }
         if !g.running() {
@@ -37,7 +49,7 @@ pub fn start(ns: &Netns, config: &Path, data_dir: &Path, log: &Path) -> ChildGua
     assert_eq!(
         ok,
         Some(true),
-        "metalherd serve did not bind DHCP: {}",
+        "metalherd serve did not log {bound:?}: {}",
         std::fs::read_to_string(log).unwrap_or_default()
     );
     g

@@ -9,6 +9,7 @@ pub mod bootlab;
 pub mod browser;
 pub mod control_plane;
 pub mod deploy;
+pub mod dhcp6;
 pub mod dhcp_clients;
 pub mod dhcp_serve;
 pub mod failover;

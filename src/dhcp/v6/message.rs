@@ -23,6 +23,7 @@ pub mod opt {
     pub const PREFERENCE: u16 = 7;
     pub const ELAPSED_TIME: u16 = 8;
     pub const RELAY_MSG: u16 = 9;
+    pub const DNS_SERVERS: u16 = 23;
     pub const STATUS_CODE: u16 = 13;
     pub const RAPID_COMMIT: u16 = 14;
     pub const USER_CLASS: u16 = 15;
@@ -198,6 +199,7 @@ pub struct Msg {
     pub status: Option<(u16, String)>,
     pub boot_url: Option<String>,
     pub preference: Option<u8>,
+    pub dns: Vec<Ipv6Addr>,
 }
 
 /// One Relay-forward a message came through.
@@ -436,6 +438,14 @@ impl Msg {
                 opt::BOOTFILE_URL => {
                     let url = std::str::from_utf8(data).map_err(|_| Drop6::BadOption)?;
                     once(&mut m.boot_url, url.to_string())?;
+                }
+                opt::DNS_SERVERS => {
+                    if data.is_empty() || !data.len().is_multiple_of(16) {
+                        return Err(Drop6::BadOption);
+                    }
+                    for a in data.chunks_exact(16) {
+                        m.dns.push(addr(a)?);
+                    }
                 }
                 opt::PREFERENCE => {
                     let [p] = <[u8; 1]>::try_from(data).map_err(|_| Drop6::BadOption)?;

@@ -44,6 +44,9 @@ pub struct Answer {
     pub boot_params: Vec<String>,
     /// Vendor Class echoed to a boot client: enterprise number and item.
     pub vendor_class: Option<(u32, Vec<u8>)>,
+    /// DNS Recursive Name Servers (23), written last (so option 59 is
+    /// never the message's last: EDK2 HTTP boot reads it as a C string).
+    pub dns: Vec<Ipv6Addr>,
 }
 
 fn put(out: &mut Vec<u8>, code: u16, data: &[u8]) {
@@ -117,6 +120,10 @@ impl Answer {
             item(&mut d, data);
             put(&mut out, opt::VENDOR_CLASS, &d);
         }
+        if !self.dns.is_empty() {
+            let d: Vec<u8> = self.dns.iter().flat_map(|a| a.octets()).collect();
+            put(&mut out, opt::DNS_SERVERS, &d);
+        }
         out
     }
 }
@@ -161,6 +168,7 @@ mod tests {
             boot_url: Some("tftp://[fd00:89::1]/ipxe.efi".into()),
             boot_params: vec![],
             vendor_class: Some((343, b"PXEClient".to_vec())),
+            dns: vec![],
         }
     }
 
