@@ -5,6 +5,8 @@
 //! ACKed before the kill keeps its address while a newcomer asking for it
 //! is refused. Run in both lease-sync modes: `batch` (the default; the
 //! journal is written before each reply) and `always` (flushed too).
+//! DHCPv6 leases likewise survive a kill -9: after the restart the pool is
+//! still taken and every holder renews its own address.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod common;
@@ -15,6 +17,7 @@ use std::time::Duration;
 
 use common::dhcp_clients::{self, ReplyCapture, Req};
 use common::dhcp_serve;
+use common::dhcp6::{self, Firmware, Link6};
 use common::netns::VethPair;
 use common::proc::{ChildGuard, wait_for};
 use dhcproto::v4::MessageType;
@@ -214,4 +217,113 @@ fn a_new_server_pings_before_offering_and_never_hands_out_an_address_in_use() {
         "both clients now hold 10.67.0.100"
     );
     drop(third);
+}
+
+#[test]
+fn dhcpv6_leases_survive_kill_9_and_restart() {
+    dhcpv6_kill_9_scenario("");
+}
+
+#[test]
+fn dhcpv6_leases_survive_kill_9_with_lease_sync_always() {
+    dhcpv6_kill_9_scenario("  leaseSync: {mode: always}\n");
+}
+
+/// Four clients fill a four-address pool, metalherd is killed and started
+/// again on the same data directory: a newcomer gets no address, and each
+/// holder's Renew gets its own address back.
+fn dhcpv6_kill_9_scenario(extra: &str) {
+    let link = Link6::new();
+    let tmp = tempfile::tempdir().unwrap();
+    let data = tmp.path().join("data");
+    let cfg = tmp.path().join("config.yaml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "dhcp6:\n{extra}  interface: {}\n  discovery: {{enabled: true, validLifetime: 3600}}\n  subnets:\n  - subnet: fd00:77::/64\n    ranges: [{{start: \"fd00:77::1:0\", end: \"fd00:77::1:3\"}}]\n",
+            link.server_if
+        ),
+    )
+    .unwrap();
+    let bound = "dhcp6 server bound";
+    let mut srv = dhcp_serve::start_until(
+        &link.server,
+        &cfg,
+        &data,
+        &tmp.path().join("serve1.log"),
+        bound,
+    );
+    let duid = |n: u8| vec![0, 4, n, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15];
+    let iface = link.client_if.clone();
+    let held = dhcp_clients::in_netns(&link.client.name, move || {
+        let s = dhcp6::socket(&iface, 546);
+        let to = dhcp6::all_servers(&iface);
+        (1..=4u8)
+            .map(|n| {
+                let sol = dhcp6::message(Firmware::Ipxe, 1, u32::from(n), &duid(n), 7, None, None);
+                let adv = dhcp6::exchange(&s, &sol, to, Duration::from_secs(5)).expect("Advertise");
+                let sid = adv.server_id.clone().expect("server id").0;
+                let req = dhcp6::message(
+                    Firmware::Ipxe,
+                    3,
+                    0x100 + u32::from(n),
+                    &duid(n),
+                    7,
+                    dhcp6::leased(&adv),
+                    Some(&sid),
+                );
+                let reply = dhcp6::exchange(&s, &req, to, Duration::from_secs(5)).expect("Reply");
+                (n, dhcp6::leased(&reply).expect("an address"), sid)
+            })
+            .collect::<Vec<_>>()
+    })
+    .join()
+    .unwrap();
+    let mut addrs: Vec<_> = held.iter().map(|h| h.1).collect();
+    addrs.sort();
+    addrs.dedup();
+    assert_eq!(addrs.len(), 4, "four clients, four addresses");
+    srv.kill9();
+
+    let _srv = dhcp_serve::start_until(
+        &link.server,
+        &cfg,
+        &data,
+        &tmp.path().join("serve2.log"),
+        bound,
+    );
+    let iface = link.client_if.clone();
+    let (newcomer, renewed) = dhcp_clients::in_netns(&link.client.name, move || {
+        let s = dhcp6::socket(&iface, 546);
+        let to = dhcp6::all_servers(&iface);
+        let sol = dhcp6::message(Firmware::Ipxe, 1, 0x99, &duid(9), 7, Some(held[0].1), None);
+        let newcomer = dhcp6::exchange(&s, &sol, to, Duration::from_secs(5)).expect("Advertise");
+        let renewed = held
+            .iter()
+            .map(|(n, a, sid)| {
+                let renew = dhcp6::message(
+                    Firmware::Ipxe,
+                    5,
+                    0x200 + u32::from(*n),
+                    &duid(*n),
+                    7,
+                    Some(*a),
+                    Some(sid),
+                );
+                let r = dhcp6::exchange(&s, &renew, to, Duration::from_secs(5)).expect("Reply");
+                (*a, dhcp6::leased(&r))
+            })
+            .collect::<Vec<_>>();
+        (newcomer, renewed)
+    })
+    .join()
+    .unwrap();
+    assert_eq!(
+        dhcp6::leased(&newcomer),
+        None,
+        "the pool is still full after the restart"
+    );
+    for (a, got) in renewed {
+        assert_eq!(got, Some(a), "the holder of {a} renews it");
+    }
 }
