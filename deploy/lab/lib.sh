@@ -14,7 +14,16 @@ lab_netns_up() {
   ip netns exec "$ns" ip link set lo up
   ip netns exec "$ns" ip link add "$br" type bridge
   ip netns exec "$ns" ip link set "$br" type bridge forward_delay 0 stp_state 0
-  ip netns exec "$ns" ip addr add "$cidr" dev "$br"
+  case "$cidr" in
+    *:*)
+      # IPv6: usable at once (no duplicate address detection on the
+      # rack's own bridge), and no IPv4 address at all.
+      ip netns exec "$ns" sysctl -qw net.ipv6.conf.all.accept_dad=0 net.ipv6.conf.default.accept_dad=0 net.ipv6.conf."$br".accept_dad=0
+      ip netns exec "$ns" ip link set "$br" type bridge mcast_snooping 0
+      ip netns exec "$ns" ip addr add "$cidr" dev "$br" nodad
+      ;;
+    *) ip netns exec "$ns" ip addr add "$cidr" dev "$br" ;;
+  esac
   ip netns exec "$ns" ip link set "$br" up
 }
 
@@ -83,6 +92,9 @@ lab_virsh() { local run=$1; shift; virsh -c "qemu:///system?socket=$run/libvirt/
 # LAB_VM_DISK_BUS=virtio or sata (default ide) attaches DISK as a virtio or
 # SATA disk with serial LAB_VM_DISK_SERIAL (default NAME-disk0); LAB_VM_DISK2=FILE adds a
 # second virtio disk with serial LAB_VM_DISK2_SERIAL (default NAME-disk1).
+# LAB_VM_IPV6_ONLY=1 turns OVMF's IPv4 network stack off (fw_cfg
+# opt/org.tianocore/IPv4Support=no): no PXEv4 or HTTPv4 boot entries, as on
+# an IPv6-only provisioning network.
 # LAB_VM_ON_REBOOT=destroy turns a guest reboot into a power-off: libvirt
 # applies a boot device change (metalherd's "boot from disk" after an
 # install) only when a VM starts, where a real server's BMC applies it at
@@ -119,11 +131,16 @@ lab_define_vm() {
     cp "$vars" "$run/$name.vars.fd"
     loader="<loader readonly='yes' secure='yes' type='pflash'>$code</loader><nvram template='$vars'>$run/$name.vars.fd</nvram>"
   fi
+  local sysinfo=""
+  if [ "${LAB_VM_IPV6_ONLY:-}" = 1 ]; then
+    sysinfo="<sysinfo type='fwcfg'><entry name='opt/org.tianocore/IPv4Support'>no</entry></sysinfo>"
+  fi
   cat > "$run/$name.xml" <<XML
 <domain type='qemu'>
   <name>$name</name>
   <memory unit='MiB'>$mem</memory>
   <vcpu>$cpus</vcpu>
+  $sysinfo
   <os><type arch='x86_64' machine='$machine'>hvm</type>$loader<boot dev='hd'/></os>
   <features>$features</features>
   <on_reboot>${LAB_VM_ON_REBOOT:-restart}</on_reboot>
@@ -225,10 +242,23 @@ lab_raid_pass() {
     fi
     xml=$(lab_virsh "$run" dumpxml --inactive "$name" 2>/dev/null) || continue
     if ! printf '%s' "$xml" | grep -qF "$img"; then
-      dev=$(lab_raid_free_dev "$xml")
-      lab_virsh "$run" attach-disk "$name" "$img" "$dev" --targetbus virtio --cache unsafe --serial "$id" --config >/dev/null &&
-        echo "$(date +%T) $name: $id attached to the definition as $dev"
+      # A definition read while sushy-tools rewrites it can lack the
+      # disk for a moment: attach only when a second look agrees.
+      sleep 1
+      xml=$(lab_virsh "$run" dumpxml --inactive "$name" 2>/dev/null) || continue
+      if ! printf '%s' "$xml" | grep -qF "$img"; then
+        dev=$(lab_raid_free_dev "$xml")
+        lab_virsh "$run" attach-disk "$name" "$img" "$dev" --targetbus virtio --cache unsafe --serial "$id" --config >/dev/null &&
+          echo "$(date +%T) $name: $id attached to the definition as $dev"
+      fi
     fi
+    # A definition naming the image twice does not start (QEMU cannot
+    # lock the file twice): keep the first, as a controller shows a
+    # volume once.
+    for dev in $(lab_raid_targets "$xml" "$img" | tail -n +2); do
+      lab_virsh "$run" detach-disk "$name" "$dev" --config >/dev/null &&
+        echo "$(date +%T) $name: $id was in the definition twice; detached $dev"
+    done
     if [ "$(lab_virsh "$run" domstate "$name" 2>/dev/null)" = running ]; then
       live=$(lab_virsh "$run" dumpxml "$name" 2>/dev/null) || continue
       if ! printf '%s' "$live" | grep -qF "$img"; then
@@ -238,6 +268,13 @@ lab_raid_pass() {
       fi
     fi
   done
+}
+
+# lab_raid_targets XML IMG: the targets (vdX) of XML's disks whose source
+# is the file IMG, in order.
+lab_raid_targets() {
+  { printf '%s' "$1" | tr -d '\n' | sed "s#<disk #\n<disk #g" | grep -F "<source file='$2'/>" |
+    sed -n "s#.*<target dev='\([a-z]*\)'.*#\1#p"; } || true
 }
 
 # lab_raid_free_dev XML: the first virtio target from vdc on that XML lacks.
