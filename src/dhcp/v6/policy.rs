@@ -30,6 +30,10 @@ use crate::directory::{BootIntent, Directory, MachineEntry};
 mod address;
 mod proxy;
 
+/// Identity associations answered in one message at most (firmware sends
+/// one, EDK2's two clients one each).
+pub const MAX_IAS: usize = 8;
+
 /// A known Machine as DHCPv6 sees it: its entry and its reserved IPv6
 /// address (`spec.network.address` when that is IPv6).
 #[derive(Clone, Debug)]
@@ -104,6 +108,8 @@ pub enum Skip6 {
     Unhandled,
     #[error("no boot file for the client")]
     NoBootFile,
+    #[error("more identity associations than answered")]
+    TooManyIas,
 }
 
 impl Skip6 {
@@ -117,6 +123,7 @@ impl Skip6 {
             Skip6::NotBootClient => "not_boot_client",
             Skip6::Unhandled => "unhandled",
             Skip6::NoBootFile => "no_boot_file",
+            Skip6::TooManyIas => "too_many_ias",
         }
     }
 }
@@ -214,6 +221,11 @@ impl Policy6 {
         leases: &mut LeaseTable6,
         now: u64,
     ) -> Result<Outcome6, Skip6> {
+        // An answer per IA is about three times the IA's size: without a
+        // bound a small message would get an answer past any link's MTU.
+        if m.msg.ia_na.len() > MAX_IAS {
+            return Err(Skip6::TooManyIas);
+        }
         if let Some(r) = m.relays.last()
             && !self
                 .cfg

@@ -25,6 +25,21 @@ fn malformed_messages_are_counted_drops() {
     assert_eq!(o.dropped.map(Skip6::label), Some("oversized"));
 }
 
+#[test]
+fn many_identity_associations_are_a_drop_not_a_huge_answer() {
+    let p = policy("discovery: {enabled: true}\n");
+    let mut t = LeaseTable6::new();
+    let mut o = vec![(opt::CLIENTID, DUID_UUID.to_vec())];
+    for i in 0..=MAX_IAS as u32 {
+        o.push((opt::IA_NA, ia(i, None)));
+    }
+    let out = run(&p, &msg(1, &o), STRANGER, &mut t, 1);
+    assert_eq!(out.dropped, Some(Skip6::TooManyIas));
+    o.truncate(MAX_IAS + 1);
+    let out = run(&p, &msg(1, &o), STRANGER, &mut t, 1);
+    assert_eq!(read(&out).ia_na.len(), MAX_IAS);
+}
+
 proptest! {
     #[test]
     fn any_bytes_give_a_reply_that_reads_or_a_drop(
