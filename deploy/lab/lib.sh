@@ -328,6 +328,35 @@ lab_config() {
   local run=$1 br=$2 root=$3
   # LAB_NO_DHCP=1: no DHCP server on the rack's network at all (virtual
   # media boots).
+  if [ "${LAB_IPV6:-}" = 1 ]; then
+    # LAB_IPV6=1: an IPv6-only network (lab_netns_up with fd00:89::1/64):
+    # DHCPv6 and router advertisements that make firmware and iPXE ask it,
+    # TFTP and boot HTTP on the IPv6 address.
+    cat > "$run/config.yaml" <<CONF
+dhcp6:
+  interface: $br
+  serverAddress: "fd00:89::1"
+  httpBootUrl: "http://[fd00:89::1]:8080"
+  subnets:
+  - subnet: "fd00:89::/64"
+    ranges: [{start: "fd00:89::100", end: "fd00:89::150"}]
+    dns: ["fd00:89::1"]
+tftp:
+  listen: "[fd00:89::1]:69"
+  root: $root/boot-assets
+boot:
+  listen: "[fd00:89::1]:8080"
+  baseUrl: "http://[fd00:89::1]:8080"
+  assetsDir: $root/boot-assets
+  kernelArgs: [console=ttyS0]
+  routerAdvertisement:
+    interface: $br
+    managed: true
+    prefixes: [{prefix: "fd00:89::/64"}]
+CONF
+    lab_config_controller >> "$run/config.yaml"
+    return 0
+  fi
   if [ "${LAB_NO_DHCP:-}" = 1 ]; then
     : > "$run/config.yaml"
   else
@@ -352,6 +381,13 @@ boot:
   assetsDir: $root/boot-assets
   kernelArgs: [console=ttyS0]
   routerAdvertisement: {interface: $br}
+CONF
+  lab_config_controller >> "$run/config.yaml"
+}
+
+# lab_config_controller: the lab config's controller section.
+lab_config_controller() {
+  cat <<CONF
 controller:
   installDeadlineSeconds: ${LAB_INSTALL_DEADLINE:-600}
   joinDeadlineSeconds: ${LAB_JOIN_DEADLINE:-600}
@@ -435,8 +471,13 @@ spec:
   bmc:
     address: redfish+http://127.0.0.1:${LAB_BMC_PORT:-8000}/redfish/v1/Systems/$uuid
     credentialsSecretRef: {name: vm$i-bmc}
-  network: {address: 10.89.0.$((10 + i))/24, gateway: 10.89.0.1, hostname: vm$i}
 YAML
+  # LAB_IPV6=1: the IPv6-only rack's addresses (on-link, no gateway).
+  if [ "${LAB_IPV6:-}" = 1 ]; then
+    echo "  network: {address: \"fd00:89::$((10 + i))/64\", hostname: vm$i}"
+  else
+    echo "  network: {address: 10.89.0.$((10 + i))/24, gateway: 10.89.0.1, hostname: vm$i}"
+  fi
   [ -z "$class" ] || echo "  classRef: {name: $class}"
   local hints secure
   eval "hints=\${LAB_HINTS_VM$i:-\${LAB_HINTS:-}}"

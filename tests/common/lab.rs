@@ -76,6 +76,17 @@ impl Lab {
         Lab::start_opts(n, None, "uefi", "LAB_NO_DHCP=1")
     }
 
+    /// [`Lab::up`] on an IPv6-only network: the rack's bridge has
+    /// `fd00:89::1/64` and no IPv4 address, the VMs' firmware has its IPv4
+    /// stack off, and metalherd serves DHCPv6 (no DHCPv4), router
+    /// advertisements with the managed flag and the prefix, TFTP and boot
+    /// HTTP on that address (lib.sh's `lab_config` with `LAB_IPV6=1`).
+    /// Declare with `LAB_IPV6=1` too: the Machines' addresses are then
+    /// `fd00:89::1N/64`.
+    pub fn up_ipv6_only(n: usize) -> Lab {
+        Lab::start_opts(n, None, "uefi", "LAB_IPV6=1")
+    }
+
     /// `nodes`: real nodes ([`Lab::start_nodes`]) with these disks, else
     /// the test OS.
     pub(crate) fn start(n: usize, nodes: Option<super::lab_nodes::NodeDisks>) -> Lab {
@@ -144,8 +155,14 @@ impl Lab {
         std::fs::copy(&kernel, run.join("vmlinuz")).expect("copy kernel");
         std::fs::create_dir_all(run.join("data")).expect("data dir");
         let r = run.display();
+        let ipv6 = config_env.contains("LAB_IPV6=1");
+        let cidr = if ipv6 {
+            "fd00:89::1/64"
+        } else {
+            "10.89.0.1/24"
+        };
         lab_sh(&format!(
-            "lab_netns_up {ns} br0 10.89.0.1/24; lab_libvirt_up {ns} '{r}'"
+            "lab_netns_up {ns} br0 {cidr}; lab_libvirt_up {ns} '{r}'"
         ));
         for i in 1..=n {
             let disk = run.join(format!("vm{i}.img"));
@@ -168,8 +185,9 @@ impl Lab {
             } else {
                 ""
             };
+            let v6 = if ipv6 { "LAB_VM_IPV6_ONLY=1 " } else { "" };
             let uuid = lab_sh(&format!(
-                "{bus}lab_define_vm '{r}' {ns}-vm{i} {} '{}' br0 {fw}",
+                "{bus}{v6}lab_define_vm '{r}' {ns}-vm{i} {} '{}' br0 {fw}",
                 mac(i),
                 disk.display()
             ));
