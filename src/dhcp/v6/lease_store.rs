@@ -51,6 +51,9 @@ pub struct Recovered6 {
     pub replayed: usize,
     /// The journal ended in a torn or corrupt record.
     pub torn: bool,
+    /// The snapshot is unreadable or damaged (not written by this format,
+    /// or corrupted on disk): the leases in and after the damage are lost.
+    pub snapshot_damaged: bool,
 }
 
 pub struct Lease6Store {
@@ -84,10 +87,13 @@ impl Lease6Store {
         let jpath = dir.join(JOURNAL_FILE);
         let jbytes = read_or_empty(&jpath)?;
         let mut map: HashMap<_, Lease6> = HashMap::new();
-        let (g, puts, _, _) = journal::replay(SNAPSHOT_MAGIC, &snap);
+        let (g, puts, _, snap_stop) = journal::replay(SNAPSHOT_MAGIC, &snap);
         journal::apply(&mut map, puts);
         let generation = g.unwrap_or(0);
-        let mut rec = Recovered6::default();
+        let mut rec = Recovered6 {
+            snapshot_damaged: !snap.is_empty() && snap_stop != Stop::End,
+            ..Recovered6::default()
+        };
         let (jg, writes, _, stop) = journal::replay(JOURNAL_MAGIC, &jbytes);
         if jg == Some(generation) {
             rec.replayed = writes.len();
@@ -228,7 +234,15 @@ mod tests {
         std::fs::write(&j, &b).unwrap();
         let (_, rec) = Lease6Store::open(dir.path(), LeaseSync::Always).unwrap();
         assert!(rec.torn);
+        assert!(!rec.snapshot_damaged);
         assert_eq!(rec.leases, vec![lease(2, 9)]);
+        // A damaged snapshot is said, not silently taken as empty.
+        let snap = dir.path().join(SNAPSHOT_FILE);
+        let mut b = std::fs::read(&snap).unwrap();
+        b[3] ^= 1;
+        std::fs::write(&snap, &b).unwrap();
+        let (_, rec) = Lease6Store::open(dir.path(), LeaseSync::Always).unwrap();
+        assert!(rec.snapshot_damaged);
     }
 
     #[test]

@@ -162,6 +162,11 @@ impl BoundServer6 {
             let (store, rec) = tokio::task::spawn_blocking(move || Lease6Store::open(&dir, sync))
                 .await
                 .map_err(|e| Dhcp6Error::Task(e.to_string()))??;
+            if rec.snapshot_damaged {
+                tracing::error!(
+                    "DHCPv6 lease snapshot is damaged: leases recorded in it from the damage on are lost (a client that renews gets its address back unless another client took it first)"
+                );
+            }
             if rec.torn {
                 tracing::warn!(
                     "DHCPv6 lease journal ended in a torn or corrupt record (power loss?); records before it were recovered"
