@@ -230,7 +230,7 @@ pub mod arch {
 }
 
 mod boot_files;
-use boot_files::merge_files;
+pub(crate) use boot_files::merge_files;
 pub use boot_files::{default_boot_files, default_secure_boot_files};
 
 /// A validated subnet.

@@ -40,7 +40,7 @@ pub fn default_secure_boot_files() -> BTreeMap<u16, String> {
 
 /// `extra` over `files`, each name checked (`field` names the key in
 /// errors).
-pub(super) fn merge_files(
+pub(crate) fn merge_files(
     field: &str,
     mut files: BTreeMap<u16, String>,
     extra: BTreeMap<u16, String>,

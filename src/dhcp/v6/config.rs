@@ -12,6 +12,7 @@ use serde::Deserialize;
 use super::message::Duid;
 use crate::dhcp::config::{
     DhcpMode, LeaseSyncConfig, LeaseSyncMode, default_boot_files, default_secure_boot_files,
+    merge_files,
 };
 use crate::dhcp::lease_store::LeaseSync;
 use crate::dhcp::limit::{RateLimitConfig, RateLimits};
@@ -357,21 +358,14 @@ fn subnet_from(i: usize, s: &Subnet6Config) -> Result<Subnet6, Config6Error> {
     })
 }
 
+/// The boot-file table with the config's entries over it, checked as
+/// `dhcp:`'s are (`field` names the key in errors).
 fn merge(
     field: &str,
-    mut files: BTreeMap<u16, String>,
+    files: BTreeMap<u16, String>,
     extra: BTreeMap<u16, String>,
 ) -> Result<BTreeMap<u16, String>, Config6Error> {
-    for (a, f) in extra {
-        if f.is_empty() || f.len() > 127 || f.chars().any(|c| c.is_whitespace() || c.is_control()) {
-            return Err(err(
-                format!("{field}.{a}"),
-                "must be 1..127 bytes without whitespace",
-            ));
-        }
-        files.insert(a, f);
-    }
-    Ok(files)
+    merge_files(field, files, extra).map_err(|e| err(e.field, e.message))
 }
 
 impl TryFrom<Dhcp6Config> for Dhcp6Settings {
@@ -492,6 +486,17 @@ mod tests {
     fn parse(y: &str) -> Result<Dhcp6Settings, Config6Error> {
         let c: Dhcp6Config = serde_yaml::from_str(y).unwrap();
         Dhcp6Settings::try_from(c)
+    }
+
+    #[test]
+    fn boot_files_are_checked_as_dhcp_checks_them() {
+        let s = parse("interface: eth1\nmode: proxy\nbootFiles: {16: http.efi}\n").unwrap();
+        assert_eq!(s.boot_files.get(&16).map(String::as_str), Some("http.efi"));
+        let e = parse("interface: eth1\nmode: proxy\nbootFiles: {7: \"a b.efi\"}\n").unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "dhcp6.bootFiles.7: must be 1..127 bytes without whitespace"
+        );
     }
 
     #[test]
