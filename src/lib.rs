@@ -23,6 +23,7 @@ pub mod api;
 pub mod app;
 pub mod backup;
 pub mod bmc;
+pub mod capi;
 pub mod cli;
 pub mod cluster;
 pub mod config;

@@ -119,6 +119,13 @@ pub struct MachineSpec {
     /// Per-machine overrides of the class's versions.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub overrides: Option<MachineOverrides>,
+    /// The node's join comes from this Secret, written by a Cluster API
+    /// bootstrap provider (keys `value` and `format`, `format: ignition`):
+    /// merged into the node config instead of metalherd's own `kubeadm
+    /// join` and the class's `join`. Set by metalherd's Cluster API
+    /// provider when a MetalherdMachine claims this server.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bootstrap_data_secret_ref: Option<SecretReference>,
     /// Desired power state while the machine is not being provisioned.
     #[serde(default)]
     pub online: bool,

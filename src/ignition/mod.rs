@@ -12,6 +12,7 @@
 //! No sockets, files or clocks here, and never an import of `controller`:
 //! the HTTP boot service serves what this module renders.
 
+pub mod bootstrap;
 pub mod error;
 mod install;
 mod join;
@@ -30,7 +31,16 @@ pub use render::{
 };
 pub use spec::Config;
 
-/// The config with the join token and the per-boot token redacted.
+/// The config with the join token, the per-boot token and the contents of
+/// bootstrap data files redacted.
 pub fn redacted(config: &Config, secrets: &RenderSecrets, ctx: &RenderContext) -> Config {
-    redact(config, &[secrets.join_token(), ctx.boot_token.as_str()])
+    let mut hidden = vec![secrets.join_token(), ctx.boot_token.as_str()];
+    // Cluster API's bootstrap data carries a bootstrap token, and for a
+    // control plane its CA and keys: every file in it is hidden.
+    let contents = secrets
+        .bootstrap()
+        .map(bootstrap::secret_contents)
+        .unwrap_or_default();
+    hidden.extend(contents.iter().map(String::as_str));
+    redact(config, &hidden)
 }

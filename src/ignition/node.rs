@@ -13,7 +13,7 @@ use crate::api::{Machine, MachineClass};
 use super::error::RenderError;
 use super::render::{Os, RenderContext, RenderSecrets, Resolved, artifact_hash};
 use super::spec::{
-    Config, Dropin, File, IgnitionConfig, KernelArguments, Link, Passwd, PasswdUser, Unit,
+    Config, Dropin, File, IgnitionConfig, KernelArguments, Link, Passwd, PasswdUser, Resource, Unit,
 };
 use super::templates::{self as t, Archive, check_line, check_path, check_url, check_word, render};
 use super::{join, merge};
@@ -119,6 +119,7 @@ pub(crate) fn node_config(
     }
 
     let (kubelet, kubeadm) = kube_binaries(r, class, &mut c)?;
+    let mut bootstrap_merge = None;
     c.add_unit(Unit::enabled(
         "kubelet.service",
         render(
@@ -132,25 +133,52 @@ pub(crate) fn node_config(
         )?,
     ));
 
-    // kubeadm join.
-    let mut join = File::text(
-        JOIN_CONFIG,
-        0o600,
-        &join::join_configuration(r, class, secrets)?,
-    );
-    join.overwrite = Some(true);
-    c.add_file(join);
-    c.add_unit(Unit::enabled(
-        "metalherd-kubeadm-join.service",
-        render(
+    if let Some(bootstrap) = secrets.bootstrap() {
+        // Cluster API's bootstrap data runs kubeadm; the kubelet registers
+        // with the provider ID Cluster API matches its Node by.
+        let ns = machine.metadata.namespace.as_deref().unwrap_or("default");
+        let name = machine.metadata.name.as_deref().unwrap_or_default();
+        c.add_file(File::text(
+            "/etc/default/kubelet",
+            0o644,
+            &format!(
+                "KUBELET_EXTRA_ARGS=--provider-id={}\n",
+                crate::capi::api::provider_id(ns, name)
+            ),
+        ));
+        c.add_unit(Unit {
+            name: "kubeadm.service".into(),
+            dropins: vec![Dropin {
+                name: "10-metalherd.conf".into(),
+                contents: Some(render(
+                    "kubeadm-bootstrap.conf",
+                    &t::BootstrapDropin { bin_dir, unpack },
+                )?),
+            }],
+            ..Unit::default()
+        });
+        bootstrap_merge = Some(Resource::data(bootstrap.as_bytes()));
+    } else {
+        // kubeadm join.
+        let mut join = File::text(
+            JOIN_CONFIG,
+            0o600,
+            &join::join_configuration(r, class, secrets)?,
+        );
+        join.overwrite = Some(true);
+        c.add_file(join);
+        c.add_unit(Unit::enabled(
             "metalherd-kubeadm-join.service",
-            &t::JoinUnit {
-                kubeadm: &kubeadm,
-                bin_dir,
-                unpack,
-            },
-        )?,
-    ));
+            render(
+                "metalherd-kubeadm-join.service",
+                &t::JoinUnit {
+                    kubeadm: &kubeadm,
+                    bin_dir,
+                    unpack,
+                },
+            )?,
+        ));
+    }
 
     // Call home `booted` once the kubelet runs.
     c.add_file(File::text(
@@ -190,7 +218,9 @@ pub(crate) fn node_config(
     }
     class_files_and_units(class, &mut c)?;
 
-    let merges = merge::fragments(class)?;
+    let mut merges = merge::fragments(class)?;
+    // Merged last: the bootstrap provider's files and units win.
+    merges.extend(bootstrap_merge);
     if !merges.is_empty() {
         c.ignition.config = Some(IgnitionConfig {
             merge: merges,

@@ -48,12 +48,16 @@ impl Stage {
 #[derive(Clone, PartialEq, Eq)]
 pub struct RenderSecrets {
     join_token: String,
+    /// Cluster API bootstrap data, an Ignition 3.x config
+    /// ([`super::bootstrap::to_ignition3`]).
+    bootstrap: Option<String>,
 }
 
 impl fmt::Debug for RenderSecrets {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("RenderSecrets")
             .field("join_token", &"<redacted>")
+            .field("bootstrap", &self.bootstrap.as_ref().map(|_| "<redacted>"))
             .finish()
     }
 }
@@ -68,7 +72,72 @@ impl RenderSecrets {
     pub fn new(join_token: impl Into<String>) -> Self {
         RenderSecrets {
             join_token: join_token.into(),
+            bootstrap: None,
         }
+    }
+
+    /// Cluster API bootstrap data (an Ignition 3.x config) in place of a
+    /// join token: the node joins with it instead of metalherd's `kubeadm
+    /// join`.
+    pub fn from_bootstrap(ignition3: String) -> Self {
+        RenderSecrets {
+            join_token: String::new(),
+            bootstrap: Some(ignition3),
+        }
+    }
+
+    /// Read a Machine's `spec.bootstrapDataSecretRef` Secret (keys
+    /// `value` and `format`) and translate it
+    /// ([`super::bootstrap::to_ignition3`]).
+    pub fn from_bootstrap_secret(
+        machine: &Machine,
+        secret: Option<&Secret>,
+    ) -> Result<Self, RenderError> {
+        let field = "spec.bootstrapDataSecretRef";
+        let name = machine
+            .spec
+            .bootstrap_data_secret_ref
+            .as_ref()
+            .map(|r| r.name.clone())
+            .unwrap_or_default();
+        let Some(secret) = secret else {
+            return Err(RenderError::MissingSecret {
+                field: field.into(),
+                name,
+            });
+        };
+        let get = |key: &str| -> Option<Vec<u8>> {
+            secret
+                .data
+                .as_ref()
+                .and_then(|d| d.get(key))
+                .map(|b| b.0.clone())
+                .or_else(|| {
+                    secret
+                        .string_data
+                        .as_ref()
+                        .and_then(|d| d.get(key))
+                        .map(|s| s.clone().into_bytes())
+                })
+        };
+        let Some(value) = get(super::bootstrap::VALUE_KEY) else {
+            return Err(RenderError::MissingSecretKey {
+                field: field.into(),
+                name,
+                key: super::bootstrap::VALUE_KEY.into(),
+            });
+        };
+        let format =
+            get(super::bootstrap::FORMAT_KEY).map(|f| String::from_utf8_lossy(&f).into_owned());
+        Ok(Self::from_bootstrap(super::bootstrap::to_ignition3(
+            format.as_deref(),
+            &value,
+        )?))
+    }
+
+    /// The bootstrap data, when the node joins with Cluster API's.
+    pub fn bootstrap(&self) -> Option<&str> {
+        self.bootstrap.as_deref()
     }
 
     /// Read the join token from the class's `spec.join.tokenSecretRef`

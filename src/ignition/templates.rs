@@ -182,6 +182,13 @@ pub(crate) struct JoinUnit<'a> {
 }
 
 #[derive(Template)]
+#[template(path = "kubeadm-bootstrap.conf", escape = "none")]
+pub(crate) struct BootstrapDropin<'a> {
+    pub bin_dir: &'a str,
+    pub unpack: bool,
+}
+
+#[derive(Template)]
 #[template(path = "metalherd-booted.service", escape = "none")]
 pub(crate) struct BootedUnit<'a> {
     pub boot_id: &'a str,

@@ -1,5 +1,6 @@
 //! The [`IgnitionSource`] of `serve`: `crate::ignition`'s pure renderer,
-//! fed the join token from the class's Secret (read from the store) and
+//! fed the join token from the class's Secret (or a Machine's Cluster API
+//! bootstrap data from its Secret), read from the store, and
 //! this boot's context (call-home base, per-boot token, boot id, MAC, and
 //! the node config URL the installer fetches).
 
@@ -17,6 +18,23 @@ pub struct Renderer {
     pub store: Arc<dyn Store>,
 }
 
+impl Renderer {
+    async fn secret(
+        &self,
+        ns: &str,
+        name: &str,
+        what: &str,
+    ) -> Result<Option<Secret>, IgnitionSourceError> {
+        match self.store.get_obj::<Secret>(ns, name).await {
+            Ok(s) => Ok(Some(s)),
+            Err(e) if e.is_not_found() => Ok(None),
+            Err(e) => Err(IgnitionSourceError(format!(
+                "reading the {what} Secret: {e}"
+            ))),
+        }
+    }
+}
+
 #[async_trait]
 impl IgnitionSource for Renderer {
     async fn render(
@@ -26,15 +44,21 @@ impl IgnitionSource for Renderer {
         stage: IgnitionStage,
         ctx: &IgnitionContext,
     ) -> Result<Vec<u8>, IgnitionSourceError> {
-        let ns = class.metadata.namespace.as_deref().unwrap_or("default");
-        let secret_name = &class.spec.join.token_secret_ref.name;
-        let secret = match self.store.get_obj::<Secret>(ns, secret_name).await {
-            Ok(s) => Some(s),
-            Err(e) if e.is_not_found() => None,
-            Err(e) => return Err(IgnitionSourceError(format!("reading the join Secret: {e}"))),
-        };
-        let secrets = RenderSecrets::from_secret(class, secret.as_ref())
-            .map_err(|e| IgnitionSourceError(e.to_string()))?;
+        let secrets = match &machine.spec.bootstrap_data_secret_ref {
+            // Cluster API's bootstrap data joins the node.
+            Some(r) => {
+                let ns = machine.metadata.namespace.as_deref().unwrap_or("default");
+                let secret = self.secret(ns, &r.name, "bootstrap data").await?;
+                RenderSecrets::from_bootstrap_secret(machine, secret.as_ref())
+            }
+            None => {
+                let ns = class.metadata.namespace.as_deref().unwrap_or("default");
+                let name = &class.spec.join.token_secret_ref.name;
+                let secret = self.secret(ns, name, "join").await?;
+                RenderSecrets::from_secret(class, secret.as_ref())
+            }
+        }
+        .map_err(|e| IgnitionSourceError(e.to_string()))?;
         let rctx = RenderContext {
             callhome_base: ctx.base_url.clone(),
             boot_token: ctx.token.clone(),
