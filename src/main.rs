@@ -32,7 +32,11 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Get(a) => metalherd::cli::objects::get(g, a).await,
         Command::Describe(a) => metalherd::cli::objects::describe(g, a).await,
         Command::Delete(a) => metalherd::cli::objects::delete(g, a).await,
-        Command::Crds => {
+        Command::Crds(a) if a.cluster_api => {
+            print!("{}", metalherd::capi::api::crds_yaml()?);
+            Ok(())
+        }
+        Command::Crds(_) => {
             print!("{}", crds_yaml()?);
             Ok(())
         }

@@ -244,8 +244,15 @@ pub fn crds() -> &'static [k8s_openapi::apiextensions_apiserver::pkg::apis::apie
 /// The CustomResourceDefinitions of every metalherd kind, as one
 /// multi-document YAML (what `metalherd crds` prints and deploy/crds/ holds).
 pub fn crds_yaml() -> anyhow::Result<String> {
+    yaml_documents(crds())
+}
+
+/// CRDs as one multi-document YAML, kubectl-safe.
+pub fn yaml_documents(
+    crds: &[k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition],
+) -> anyhow::Result<String> {
     let mut out = String::new();
-    for crd in crds() {
+    for crd in crds {
         out.push_str("---\n");
         for line in serde_yaml::to_string(crd)?.lines() {
             out.push_str(&quote_yaml11_booleans(line));

@@ -57,6 +57,20 @@ pub(super) async fn start(
         cancel.clone(),
     )
     .await?;
+    if controller_config.cluster_api {
+        let Some(kube) = &config.kube_store else {
+            anyhow::bail!("config controller.clusterApi: needs --store kubernetes");
+        };
+        let client = crate::capi::start::client(kube.kubeconfig.as_deref())
+            .await
+            .context("config controller.clusterApi")?;
+        tasks.spawn(crate::capi::start::run(
+            client,
+            kube.namespace.clone(),
+            std::time::Duration::from_secs(controller_config.resync_seconds.clamp(1, 30)),
+            cancel.clone(),
+        ));
+    }
     crate::controller::machine_set::start::start_machine_set_controller(
         store.clone(),
         controller_config.kubeconfig.is_some(),

@@ -50,6 +50,16 @@ pub async fn serve(global: &crate::cli::GlobalArgs, args: ServeArgs) -> anyhow::
     if let StoreConfig::Embedded { history: h, .. } = &mut store_config {
         *h = history;
     }
+    if let StoreConfig::Kubernetes {
+        kubeconfig,
+        namespace,
+    } = &store_config
+    {
+        config.kube_store = Some(crate::config::KubeStore {
+            kubeconfig: kubeconfig.clone(),
+            namespace: namespace.clone(),
+        });
+    }
     let election = args.leader_election()?;
     let store: Arc<dyn Store> = match crate::store::open(&store_config).await {
         Ok(s) => s,

@@ -299,6 +299,12 @@ pub fn crds()
     out
 }
 
+/// [`crds`] as one YAML stream (what `metalherd crds --cluster-api`
+/// prints and deploy/cluster-api/crds.yaml holds).
+pub fn crds_yaml() -> anyhow::Result<String> {
+    crate::api::yaml_documents(&crds())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -9,3 +9,5 @@
 
 pub mod api;
 pub mod claim;
+pub mod reconcile;
+pub mod start;

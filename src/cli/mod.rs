@@ -67,7 +67,7 @@ pub enum Command {
     /// Delete an object.
     Delete(objects::DeleteArgs),
     /// Print the CustomResourceDefinitions as YAML.
-    Crds,
+    Crds(CrdsArgs),
     /// Print the version.
     Version,
     /// Print a kubeconfig for kubectl and kube-rs (server, CA, token,
@@ -93,4 +93,13 @@ pub enum Command {
     /// Recreate the objects of an export in a server, a cluster or an
     /// empty data directory (restores a backup).
     Import(backup::ImportArgs),
+}
+
+/// `metalherd crds`.
+#[derive(Debug, clap::Args)]
+pub struct CrdsArgs {
+    /// The Cluster API provider's CRDs (MetalherdCluster, MetalherdMachine,
+    /// MetalherdMachineTemplate) instead of metalherd's own.
+    #[arg(long)]
+    pub cluster_api: bool,
 }

@@ -28,6 +28,18 @@ pub struct ConfigFile {
     /// The object store (`store.watchHistory`).
     #[serde(default)]
     pub store: Option<crate::store::StoreSettings>,
+    /// Not in the file: how `serve` reaches the Kubernetes API server when
+    /// the store is one (for controllers that talk to it directly).
+    #[serde(skip)]
+    pub kube_store: Option<KubeStore>,
+}
+
+/// The Kubernetes store `serve` runs on: its kubeconfig (in-cluster when
+/// `None`) and watched namespace.
+#[derive(Clone, Debug, Default)]
+pub struct KubeStore {
+    pub kubeconfig: Option<std::path::PathBuf>,
+    pub namespace: Option<String>,
 }
 
 #[derive(Debug, thiserror::Error)]

@@ -50,6 +50,10 @@ pub struct ControllerConfig {
     pub kubeconfig: Option<PathBuf>,
     /// Events are deleted this long after their last occurrence.
     pub event_ttl_seconds: u64,
+    /// Run the Cluster API infrastructure provider (MetalherdCluster,
+    /// MetalherdMachine): needs `--store kubernetes` and Cluster API's
+    /// CRDs in that cluster. Off by default.
+    pub cluster_api: bool,
 }
 
 impl Default for ControllerConfig {
@@ -72,6 +76,7 @@ impl Default for ControllerConfig {
             bmc_power_deadline_seconds: crate::bmc::Timing::default().power_deadline.as_secs(),
             kubeconfig: None,
             event_ttl_seconds: 3600,
+            cluster_api: false,
         }
     }
 }
