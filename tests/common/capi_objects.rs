@@ -12,6 +12,11 @@ pub const NS: &str = "default";
 pub const INFRA: &str = "infrastructure.cluster.x-k8s.io";
 
 pub fn apply(cp: &ControlPlane, docs: &[Value]) {
+    apply_in(cp, docs)
+}
+
+/// `kubectl apply` of objects (their namespaces are their own).
+pub fn apply_in(cp: &ControlPlane, docs: &[Value]) {
     let dir = tempfile::tempdir().unwrap();
     let f = dir.path().join("objects.json");
     let list = json!({"apiVersion": "v1", "kind": "List", "items": docs});
@@ -21,7 +26,11 @@ pub fn apply(cp: &ControlPlane, docs: &[Value]) {
 }
 
 pub fn get(cp: &ControlPlane, resource: &str, name: &str) -> Value {
-    let (ok, out, err) = cp.kubectl(&["get", resource, name, "-n", NS, "-o", "json"]);
+    get_in(cp, NS, resource, name)
+}
+
+pub fn get_in(cp: &ControlPlane, ns: &str, resource: &str, name: &str) -> Value {
+    let (ok, out, err) = cp.kubectl(&["get", resource, name, "-n", ns, "-o", "json"]);
     if !ok {
         return json!({"error": err});
     }
@@ -29,7 +38,11 @@ pub fn get(cp: &ControlPlane, resource: &str, name: &str) -> Value {
 }
 
 pub fn list(cp: &ControlPlane, resource: &str, selector: &str) -> Vec<Value> {
-    let mut args = vec!["get", resource, "-n", NS, "-o", "json"];
+    list_in(cp, NS, resource, selector)
+}
+
+pub fn list_in(cp: &ControlPlane, ns: &str, resource: &str, selector: &str) -> Vec<Value> {
+    let mut args = vec!["get", resource, "-n", ns, "-o", "json"];
     if !selector.is_empty() {
         args.extend(["-l", selector]);
     }
@@ -51,16 +64,25 @@ pub fn infra(kind: &str, name: &str) -> Value {
 }
 
 pub fn template(name: &str, pool: &str) -> Value {
+    template_in(NS, name, pool)
+}
+
+/// A MetalherdMachineTemplate selecting `pool=<pool>`, class `flatcar`.
+pub fn template_in(ns: &str, name: &str, pool: &str) -> Value {
     json!({"apiVersion": format!("{INFRA}/v1alpha1"), "kind": "MetalherdMachineTemplate",
-        "metadata": {"name": name, "namespace": NS},
+        "metadata": {"name": name, "namespace": ns},
         "spec": {"template": {"spec": {
             "hostSelector": {"matchLabels": {"pool": pool}},
             "classRef": {"name": "flatcar"}}}}})
 }
 
 pub fn metalherd_cluster(name: &str, host: &str) -> Value {
+    metalherd_cluster_in(NS, name, host)
+}
+
+pub fn metalherd_cluster_in(ns: &str, name: &str, host: &str) -> Value {
     json!({"apiVersion": format!("{INFRA}/v1alpha1"), "kind": "MetalherdCluster",
-        "metadata": {"name": name, "namespace": NS},
+        "metadata": {"name": name, "namespace": ns},
         "spec": {"controlPlaneEndpoint": {"host": host, "port": 6443}}})
 }
 
@@ -95,4 +117,53 @@ pub fn serve_files(files: &[(&'static str, &'static [u8])]) -> String {
         }
     });
     addr
+}
+
+/// The stand-in for an externally managed control plane (a hosted one, or
+/// one a site runs itself): a CRD of group `controlplane.test.metalherd.dev`
+/// under the v1beta2 contract label, whose status the test sets.
+pub const EXTERNAL_CP_GROUP: &str = "controlplane.test.metalherd.dev";
+
+pub fn install_external_control_plane_crd(cp: &ControlPlane) {
+    let crd = json!({"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+        "metadata": {"name": format!("externalcontrolplanes.{EXTERNAL_CP_GROUP}"),
+            "labels": {"cluster.x-k8s.io/v1beta2": "v1alpha1", "clusterctl.cluster.x-k8s.io": ""}},
+        "spec": {"group": EXTERNAL_CP_GROUP, "scope": "Namespaced",
+            "names": {"plural": "externalcontrolplanes", "singular": "externalcontrolplane", "kind": "ExternalControlPlane", "listKind": "ExternalControlPlaneList"},
+            "versions": [{"name": "v1alpha1", "served": true, "storage": true,
+                "subresources": {"status": {}},
+                "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}}]}});
+    apply_in(cp, &[crd]);
+    let (ok, _, err) = cp.kubectl(&[
+        "wait",
+        "--for=condition=Established",
+        &format!("crd/externalcontrolplanes.{EXTERNAL_CP_GROUP}"),
+    ]);
+    assert!(ok, "{err}");
+}
+
+pub fn external_control_plane(ns: &str, name: &str, host: &str) -> Value {
+    json!({"apiVersion": format!("{EXTERNAL_CP_GROUP}/v1alpha1"), "kind": "ExternalControlPlane",
+        "metadata": {"name": name, "namespace": ns},
+        "spec": {"version": "v1.34.4", "controlPlaneEndpoint": {"host": host, "port": 6443}}})
+}
+
+pub fn external_control_plane_ref(name: &str) -> Value {
+    json!({"apiGroup": EXTERNAL_CP_GROUP, "kind": "ExternalControlPlane", "name": name})
+}
+
+/// Mark the stand-in control plane initialized, as its provider would.
+pub fn initialize_external_control_plane(cp: &ControlPlane, ns: &str, name: &str) {
+    let status = json!({"status": {"initialization": {"controlPlaneInitialized": true},
+        "externalManagedControlPlane": true, "version": "v1.34.4"}});
+    let (code, body) = cp.raw(
+        "PATCH",
+        &format!(
+            "/apis/{EXTERNAL_CP_GROUP}/v1alpha1/namespaces/{ns}/externalcontrolplanes/{name}/status"
+        ),
+        Some(&cp.token),
+        Some(&status),
+        "application/merge-patch+json",
+    );
+    assert!(code < 300, "{code} {body}");
 }
