@@ -281,7 +281,7 @@ fn control_plane_story(cp: &ControlPlane, capi: &ClusterApi, mh: &Server, rack: 
 
     // The node config the server is handed: the kubeadm bootstrap
     // provider's data, translated and merged, run by the real Ignition.
-    node_config_runs_in_real_ignition(cp, &server, &secret_name, &endpoint);
+    node_config_runs_in_real_ignition(cp, mh, &server, &secret_name, &endpoint);
 
     // The workers wait for the control plane to initialize, and say so.
     let workers = wait(
@@ -320,6 +320,7 @@ fn control_plane_story(cp: &ControlPlane, capi: &ClusterApi, mh: &Server, rack: 
 /// server, as the boot service does, and apply it with the real Ignition.
 fn node_config_runs_in_real_ignition(
     cp: &ControlPlane,
+    mh: &Server,
     server: &str,
     secret: &str,
     endpoint: &str,
@@ -334,6 +335,22 @@ fn node_config_runs_in_real_ignition(
         s.data.as_ref().unwrap().get("format").map(|f| f.0.clone()),
         Some(b"ignition".to_vec())
     );
+    // What `metalherd render` prints for the claimed server, from the
+    // objects in the API server, secrets shown and redacted.
+    let render = |show: bool| {
+        let mut args = vec!["render", "ignition", server, "--stage", "node"];
+        if show {
+            args.push("--show-secrets");
+        }
+        let out = mh.cli(&args);
+        let (o, e) = common::server::text(&out);
+        assert!(out.status.success(), "metalherd render: {o}{e}");
+        o
+    };
+    let json = render(true);
+    let shown = render(false);
+    common::ignition::validate(&json).unwrap();
+    // The library's render from the same objects is the same config.
     let secrets =
         metalherd::ignition::RenderSecrets::from_bootstrap_secret(&machine, Some(&s)).unwrap();
     let ctx = common::ignition::url_ctx();
@@ -345,8 +362,13 @@ fn node_config_runs_in_real_ignition(
         &ctx,
     )
     .unwrap();
-    let json = metalherd::ignition::to_json(&config).unwrap();
-    common::ignition::validate(&json).unwrap();
+    let lib: serde_json::Value =
+        serde_json::from_value(serde_json::to_value(&config).unwrap()).unwrap();
+    let cli: serde_json::Value = serde_json::from_str(&json).unwrap();
+    assert_eq!(
+        cli["storage"]["files"].as_array().map(Vec::len),
+        lib["storage"]["files"].as_array().map(Vec::len)
+    );
     let root = tempfile::tempdir().unwrap();
     // The bootstrap files name their owner (`root:root`), which Ignition
     // looks up in the node's own user database.
@@ -392,8 +414,6 @@ fn node_config_runs_in_real_ignition(
     // metalherd's own join is not there.
     assert!(!root.path().join("etc/metalherd/kubeadm-join.yaml").exists());
     // The redacted form hides the bootstrap files (a CA key is in them).
-    let shown = metalherd::ignition::redacted(&config, &secrets, &ctx);
-    let shown = metalherd::ignition::to_json(&shown).unwrap();
     let key = read("/etc/kubernetes/pki/ca.key");
     let enc = metalherd::ignition::spec::data_url(key.as_bytes());
     assert!(

@@ -117,8 +117,8 @@ async fn fetch_from_api(
         .await
         .with_context(|| format!("reading MachineClass {namespace}/{class_name}"))?;
     let class: MachineClass = serde_json::from_value(c).context("decoding the MachineClass")?;
-    let secret_name = &class.spec.join.token_secret_ref.name;
-    let secret = match client.get(Kind::Secret, namespace, secret_name).await {
+    let secret_name = secret_name(&machine, &class);
+    let secret = match client.get(Kind::Secret, namespace, &secret_name).await {
         Ok(v) => Some(serde_json::from_value(v).context("decoding the Secret")?),
         Err(e) if e.is_not_found() => None,
         Err(e) => {
@@ -134,7 +134,17 @@ async fn fetch_from_api(
     })
 }
 
-/// Find the Machine, its class and the join Secret in local manifests.
+/// The Secret a render reads: the Machine's Cluster API bootstrap data,
+/// else the class's join token.
+fn secret_name(machine: &Machine, class: &MachineClass) -> String {
+    match &machine.spec.bootstrap_data_secret_ref {
+        Some(r) => r.name.clone(),
+        None => class.spec.join.token_secret_ref.name.clone(),
+    }
+}
+
+/// Find the Machine, its class and the join (or bootstrap data) Secret in
+/// local manifests.
 pub fn inputs_from_files(
     files: &[PathBuf],
     namespace: &str,
@@ -173,7 +183,7 @@ pub fn inputs_from_files(
     })?;
     let class: MachineClass =
         serde_json::from_value(c.clone()).context("decoding the MachineClass")?;
-    let secret = match find("Secret", &class.spec.join.token_secret_ref.name) {
+    let secret = match find("Secret", &secret_name(&machine, &class)) {
         Some(s) => Some(serde_json::from_value(s.clone()).context("decoding the Secret")?),
         None => None,
     };
@@ -192,7 +202,11 @@ pub fn render_ignition(
     show_secrets: bool,
     callhome_base: &str,
 ) -> anyhow::Result<String> {
-    let secrets = RenderSecrets::from_secret(&inputs.class, inputs.secret.as_ref())?;
+    let secrets = if inputs.machine.spec.bootstrap_data_secret_ref.is_some() {
+        RenderSecrets::from_bootstrap_secret(&inputs.machine, inputs.secret.as_ref())?
+    } else {
+        RenderSecrets::from_secret(&inputs.class, inputs.secret.as_ref())?
+    };
     let boot_id = inputs
         .machine
         .status
