@@ -156,6 +156,7 @@ fn cluster_api_provider_on_the_simulated_rack() {
 /// A Cluster with a KubeadmControlPlane of one and two workers.
 fn control_plane_story(cp: &ControlPlane, capi: &ClusterApi, mh: &Server, rack: &SimRack) {
     let endpoint = rack.machines[0].ip.to_string();
+    let applied = Instant::now();
     apply(
         cp,
         &[
@@ -272,6 +273,10 @@ fn control_plane_story(cp: &ControlPlane, capi: &ClusterApi, mh: &Server, rack: 
             let m = get(cp, "machines.cluster.x-k8s.io", &owner);
             (m["status"]["phase"] == "Provisioned").then_some(m)
         },
+    );
+    eprintln!(
+        "cluster api: kubectl apply of the Cluster to its control-plane Machine Provisioned: {:.1} s",
+        applied.elapsed().as_secs_f64()
     );
     assert_eq!(
         m["spec"]["providerID"],
