@@ -17,6 +17,11 @@
 //! processes do), so they die with the test binary; dropping the
 //! [`ClusterApi`] kills them sooner. Their webhook configurations stay in
 //! the API server: one [`ClusterApi`] per control plane.
+//!
+//! The API server is a [`Target`]: a test's [`ControlPlane`], or the lab's
+//! kube-apiserver in its rack's namespace ([`Lab`], after
+//! [`Lab::kube_up`]), where the managers then run too (the webhooks'
+//! 127.0.0.1 is that namespace's loopback, which kube-apiserver shares).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -26,6 +31,7 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 
 use super::control_plane::ControlPlane;
+use super::lab::Lab;
 use super::proc::{ChildGuard, wait_for};
 use super::server::text;
 use super::{free_port, repo_root};
@@ -74,6 +80,56 @@ pub fn bin(name: &str) -> PathBuf {
     p
 }
 
+/// The API server the managers run against, and where they run.
+pub trait Target {
+    /// A command that runs beside the API server (its network namespace).
+    fn command(&self, program: &Path) -> Command;
+    /// An admin kubeconfig for the managers.
+    fn kubeconfig(&self) -> PathBuf;
+    /// `kubectl` as the admin: (success, stdout, stderr).
+    fn kubectl(&self, args: &[&str]) -> (bool, String, String);
+}
+
+impl Target for ControlPlane {
+    fn command(&self, program: &Path) -> Command {
+        ControlPlane::command(self, program)
+    }
+    fn kubeconfig(&self) -> PathBuf {
+        self.admin_kubeconfig()
+    }
+    fn kubectl(&self, args: &[&str]) -> (bool, String, String) {
+        ControlPlane::kubectl(self, args)
+    }
+}
+
+impl<T: Target> Target for std::sync::Arc<T> {
+    fn command(&self, program: &Path) -> Command {
+        (**self).command(program)
+    }
+    fn kubeconfig(&self) -> PathBuf {
+        (**self).kubeconfig()
+    }
+    fn kubectl(&self, args: &[&str]) -> (bool, String, String) {
+        (**self).kubectl(args)
+    }
+}
+
+/// The lab's kube-apiserver ([`Lab::kube_up`]), as its admin, from inside
+/// the rack's namespace.
+impl Target for Lab {
+    fn command(&self, program: &Path) -> Command {
+        let mut c = Command::new("ip");
+        c.args(["netns", "exec", &self.ns]).arg(program);
+        c
+    }
+    fn kubeconfig(&self) -> PathBuf {
+        self.run.join("kube/admin.kubeconfig")
+    }
+    fn kubectl(&self, args: &[&str]) -> (bool, String, String) {
+        Lab::kubectl(self, args)
+    }
+}
+
 /// One running manager and where it listens.
 struct Manager {
     component: &'static str,
@@ -95,14 +151,14 @@ pub struct ClusterApi {
 impl ClusterApi {
     /// Install the CRDs, start the managers with their default feature
     /// gates, wait until each is ready, and register their webhooks.
-    pub fn start(cp: &ControlPlane) -> ClusterApi {
+    pub fn start(cp: &impl Target) -> ClusterApi {
         ClusterApi::start_with_feature_gates(cp, "")
     }
 
     /// [`ClusterApi::start`] with `--feature-gates=<gates>` given to every
     /// manager (`"KubeadmBootstrapFormatIgnition=true"`, say: without it
     /// CABPK's and KCP's webhooks refuse `format: ignition`).
-    pub fn start_with_feature_gates(cp: &ControlPlane, gates: &str) -> ClusterApi {
+    pub fn start_with_feature_gates(cp: &impl Target, gates: &str) -> ClusterApi {
         let t0 = Instant::now();
         let dir = tempfile::tempdir().expect("tempdir");
         let certs = dir.path().join("certs");
@@ -136,7 +192,7 @@ impl ClusterApi {
         for (&(component, binary), &(webhook, health, diagnostics)) in COMPONENTS.iter().zip(&ports)
         {
             let mut cmd = cp.command(&bin(binary));
-            cmd.arg(format!("--kubeconfig={}", cp.admin_kubeconfig().display()))
+            cmd.arg(format!("--kubeconfig={}", cp.kubeconfig().display()))
                 .arg("--leader-elect=false")
                 .arg(format!("--webhook-port={webhook}"))
                 .arg(format!("--webhook-cert-dir={}", certs.display()))
@@ -205,7 +261,7 @@ impl ClusterApi {
     /// provider label, and conversion through the serving component's
     /// `/convert` (they serve v1beta1 and store v1beta2). Applied server
     /// side: they are too big for kubectl's last-applied annotation.
-    fn install_crds(&self, cp: &ControlPlane, webhook_port: &dyn Fn(&str) -> u16) {
+    fn install_crds(&self, cp: &impl Target, webhook_port: &dyn Fn(&str) -> u16) {
         let src = bin_dir().join("../crds");
         let out = self.dir.path().join("crds");
         std::fs::create_dir_all(&out).expect("crds dir");
@@ -268,7 +324,7 @@ impl ClusterApi {
 
     /// Wait until every manager answers `/readyz` (its webhook server is
     /// serving, its caches synced); panic with the logs if one exits.
-    fn wait_ready(&self, cp: &ControlPlane) {
+    fn wait_ready(&self, cp: &impl Target) {
         let mut managers = self.managers.lock().expect("managers");
         for m in managers.iter_mut() {
             let url = format!("http://127.0.0.1:{}/readyz", m.health_port);
@@ -299,7 +355,7 @@ impl ClusterApi {
     /// names in the release). Applied core last, and effective once core's
     /// Machine defaulting is seen in a dry run: kube-apiserver's webhook
     /// informers see the configurations in the order they were created.
-    fn register_webhooks(&self, cp: &ControlPlane, webhook_port: &dyn Fn(&str) -> u16) {
+    fn register_webhooks(&self, cp: &impl Target, webhook_port: &dyn Fn(&str) -> u16) {
         let out = self.dir.path().join("webhooks");
         std::fs::create_dir_all(&out).expect("webhooks dir");
         let ca = base64(self.serving_cert.as_bytes());
@@ -338,23 +394,28 @@ impl ClusterApi {
                 "infrastructureRef": {"apiGroup": "infrastructure.cluster.x-k8s.io", "kind": "Probe", "name": "probe"},
             },
         });
-        let path = "/apis/cluster.x-k8s.io/v1beta2/namespaces/default/machines?dryRun=All";
+        // A server-side dry run (`?dryRun=All`) through kubectl, which
+        // reaches every [`Target`]'s API server.
+        let file = self.dir.path().join("webhook-probe.json");
+        std::fs::write(&file, probe.to_string()).expect("write the probe");
+        let file = file.to_str().expect("utf-8 path");
+        let create = || cp.kubectl(&["create", "--dry-run=server", "-o", "json", "-f", file]);
         let seen = wait_for(Duration::from_secs(30), || {
-            let (code, body) = cp.req("POST", path, Some(&probe));
-            (code == 201 && body["metadata"]["labels"]["cluster.x-k8s.io/cluster-name"] == "probe")
-                .then_some(())
+            let (ok, out, _) = create();
+            let body: Value = serde_json::from_str(&out).ok().filter(|_| ok)?;
+            (body["metadata"]["labels"]["cluster.x-k8s.io/cluster-name"] == "probe").then_some(())
         });
         assert!(
             seen.is_some(),
             "core's Machine defaulting webhook never took effect: {:?}\n{}",
-            cp.req("POST", path, Some(&probe)),
+            create(),
             self.logs_tail(20)
         );
     }
 }
 
 /// `kubectl apply --server-side` of a directory of manifests.
-fn apply(cp: &ControlPlane, dir: &Path) {
+fn apply(cp: &impl Target, dir: &Path) {
     let d = dir.to_str().expect("utf-8 path");
     let (ok, out, err) = cp.kubectl(&[
         "apply",
