@@ -72,23 +72,7 @@ fn wait<T>(
 fn cluster_api_provider_on_the_simulated_rack() {
     let cp = common::control_plane::shared();
     let capi = ClusterApi::start_with_feature_gates(&cp, "KubeadmBootstrapFormatIgnition=true");
-    let (ok, out, err) = cp.kubectl(&[
-        "apply",
-        "-f",
-        common::repo_root()
-            .join("deploy/cluster-api")
-            .to_str()
-            .unwrap(),
-    ]);
-    assert!(ok, "provider CRDs and roles: {out}{err}");
-    let (ok, _, err) = cp.kubectl(&[
-        "wait",
-        "--for=condition=Established",
-        "crd/metalherdmachines.infrastructure.cluster.x-k8s.io",
-        "crd/metalherdclusters.infrastructure.cluster.x-k8s.io",
-        "crd/metalherdmachinetemplates.infrastructure.cluster.x-k8s.io",
-    ]);
-    assert!(ok, "{err}");
+    common::capi_objects::install_provider(&cp);
 
     let rt = tokio::runtime::Runtime::new().unwrap();
     let dir = common::rack::boot_files();

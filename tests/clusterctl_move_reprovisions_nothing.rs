@@ -29,7 +29,7 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use common::capi_objects::{
-    apply_in, condition, get_in, list_in, metalherd_cluster_in, template_in,
+    apply_in, condition, get_in, list_in, metalherd_cluster_in, template_in, wait,
 };
 use common::cluster_api::ClusterApi;
 use common::control_plane::{ControlPlane, Options};
@@ -39,25 +39,6 @@ use common::sim_rack::{SimRack, bmc_credentials};
 use serde_json::{Value, json};
 
 const NS: &str = "moved";
-
-fn wait<T>(
-    what: &str,
-    timeout: Duration,
-    logs: &dyn Fn() -> String,
-    mut f: impl FnMut() -> Option<T>,
-) -> T {
-    let t0 = Instant::now();
-    loop {
-        if let Some(v) = f() {
-            eprintln!("{what}: after {:.1} s", t0.elapsed().as_secs_f64());
-            return v;
-        }
-        if t0.elapsed() > timeout {
-            panic!("timed out waiting for {what}\n{}", logs());
-        }
-        std::thread::sleep(Duration::from_millis(500));
-    }
-}
 
 /// The metalherd CLI: (success, stdout, stderr).
 fn run_metalherd(data_dir: &std::path::Path, args: &[&str]) -> (bool, String, String) {
@@ -92,18 +73,7 @@ fn metalherd(cp: &ControlPlane, boot_port: u16, assets: &std::path::Path) -> Ser
 }
 
 fn install_provider(cp: &ControlPlane) {
-    let dir = common::repo_root().join("deploy/cluster-api");
-    let (ok, out, err) = cp.kubectl(&["apply", "-f", dir.to_str().unwrap()]);
-    assert!(ok, "provider CRDs and roles: {out}{err}");
-    let (ok, _, err) = cp.kubectl(&[
-        "wait",
-        "--for=condition=Established",
-        "crd/metalherdmachines.infrastructure.cluster.x-k8s.io",
-        "crd/metalherdclusters.infrastructure.cluster.x-k8s.io",
-        "crd/metalherdmachinetemplates.infrastructure.cluster.x-k8s.io",
-    ]);
-    assert!(ok, "{err}");
-    common::capi_objects::install_external_control_plane_crd(cp);
+    common::capi_objects::install_provider(cp);
     // What `clusterctl init` marks on the CRDs it installs: the kinds
     // `clusterctl move` discovers.
     let (ok, out, err) = cp.kubectl(&["get", "crd", "-o", "name"]);

@@ -25,7 +25,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use common::capi_objects::{apply_in, get_in, list_in, metalherd_cluster_in};
+use common::capi_objects::{apply_in, get_in, list_in, metalherd_cluster_in, wait};
 use common::cluster_api::ClusterApi;
 use common::control_plane::ControlPlane;
 use common::rack::controller_config;
@@ -34,25 +34,6 @@ use common::sim_rack::{SimRack, bmc_credentials};
 use serde_json::{Value, json};
 
 const NS: &str = "roll";
-
-fn wait<T>(
-    what: &str,
-    timeout: Duration,
-    logs: &dyn Fn() -> String,
-    mut f: impl FnMut() -> Option<T>,
-) -> T {
-    let t0 = Instant::now();
-    loop {
-        if let Some(v) = f() {
-            eprintln!("{what}: after {:.1} s", t0.elapsed().as_secs_f64());
-            return v;
-        }
-        if t0.elapsed() > timeout {
-            panic!("timed out waiting for {what}\n{}", logs());
-        }
-        std::thread::sleep(Duration::from_millis(500));
-    }
-}
 
 fn template(name: &str, class: &str) -> Value {
     json!({"apiVersion": "infrastructure.cluster.x-k8s.io/v1alpha1", "kind": "MetalherdMachineTemplate",
@@ -131,23 +112,7 @@ fn roll_a_machinedeployment_in_place() {
     let cp = common::control_plane::shared();
     cp.namespace(NS);
     let capi = ClusterApi::start_with_feature_gates(&cp, "KubeadmBootstrapFormatIgnition=true");
-    let (ok, out, err) = cp.kubectl(&[
-        "apply",
-        "-f",
-        common::repo_root()
-            .join("deploy/cluster-api")
-            .to_str()
-            .unwrap(),
-    ]);
-    assert!(ok, "{out}{err}");
-    common::capi_objects::install_external_control_plane_crd(&cp);
-    let (ok, _, err) = cp.kubectl(&[
-        "wait",
-        "--for=condition=Established",
-        "crd/metalherdmachines.infrastructure.cluster.x-k8s.io",
-        "crd/metalherdmachinetemplates.infrastructure.cluster.x-k8s.io",
-    ]);
-    assert!(ok, "{err}");
+    common::capi_objects::install_provider(&cp);
 
     let rt = tokio::runtime::Runtime::new().unwrap();
     let dir = common::rack::boot_files();

@@ -167,3 +167,41 @@ pub fn initialize_external_control_plane(cp: &ControlPlane, ns: &str, name: &str
     );
     assert!(code < 300, "{code} {body}");
 }
+
+/// Wait until `f` holds (printing how long it took), else panic with
+/// `logs()`.
+pub fn wait<T>(
+    what: &str,
+    timeout: std::time::Duration,
+    logs: &dyn Fn() -> String,
+    mut f: impl FnMut() -> Option<T>,
+) -> T {
+    let t0 = std::time::Instant::now();
+    loop {
+        if let Some(v) = f() {
+            eprintln!("{what}: after {:.1} s", t0.elapsed().as_secs_f64());
+            return v;
+        }
+        if t0.elapsed() > timeout {
+            panic!("timed out waiting for {what}\n{}", logs());
+        }
+        std::thread::sleep(std::time::Duration::from_millis(500));
+    }
+}
+
+/// Install metalherd's provider (deploy/cluster-api/: CRDs and roles) and
+/// the stand-in control-plane CRD, and wait until the CRDs are served.
+pub fn install_provider(cp: &ControlPlane) {
+    let dir = super::repo_root().join("deploy/cluster-api");
+    let (ok, out, err) = cp.kubectl(&["apply", "-f", dir.to_str().unwrap()]);
+    assert!(ok, "provider CRDs and roles: {out}{err}");
+    let (ok, _, err) = cp.kubectl(&[
+        "wait",
+        "--for=condition=Established",
+        "crd/metalherdmachines.infrastructure.cluster.x-k8s.io",
+        "crd/metalherdclusters.infrastructure.cluster.x-k8s.io",
+        "crd/metalherdmachinetemplates.infrastructure.cluster.x-k8s.io",
+    ]);
+    assert!(ok, "{err}");
+    install_external_control_plane_crd(cp);
+}
