@@ -400,6 +400,12 @@ fn node_config_runs_in_real_ignition(
         unit.contains("ExecStart=/bin/bash /etc/kubeadm.sh"),
         "{unit}"
     );
+    // The booted call-home waits for Cluster API's join, not metalherd's.
+    let booted = read("/etc/systemd/system/metalherd-booted.service");
+    assert!(
+        booted.contains("After=network-online.target kubelet.service kubeadm.service\n"),
+        "{booted}"
+    );
     // metalherd's own join is not there.
     assert!(!root.path().join("etc/metalherd/kubeadm-join.yaml").exists());
     // The redacted form hides the bootstrap files (a CA key is in them).

@@ -202,6 +202,11 @@ pub(crate) fn node_config(
             "metalherd-booted.service",
             &t::BootedUnit {
                 boot_id: &ctx.boot_id,
+                join_unit: if secrets.bootstrap().is_some() {
+                    "kubeadm.service"
+                } else {
+                    "metalherd-kubeadm-join.service"
+                },
             },
         )?,
     ));

@@ -192,6 +192,9 @@ pub(crate) struct BootstrapDropin<'a> {
 #[template(path = "metalherd-booted.service", escape = "none")]
 pub(crate) struct BootedUnit<'a> {
     pub boot_id: &'a str,
+    /// The unit that joins the node: metalherd's, or Cluster API's
+    /// `kubeadm.service`.
+    pub join_unit: &'a str,
 }
 
 /// One taint, its strings already YAML-quoted.
