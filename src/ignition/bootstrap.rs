@@ -288,12 +288,12 @@ fn passwd(p: &Value) -> Result<Value, RenderError> {
         "shell",
         "system",
     ];
-    const GROUP_KEYS: [&str; 5] = ["name", "gid", "passwordHash", "system", "members"];
+    const GROUP_KEYS: [&str; 4] = ["name", "gid", "passwordHash", "system"];
     let mut out = Map::new();
     for (k, val) in obj(p, "passwd")? {
         let keys: &[&str] = match k.as_str() {
             "users" => &USER_KEYS,
-            "groups" => &GROUP_KEYS[..4],
+            "groups" => &GROUP_KEYS,
             _ => {
                 return Err(bad(
                     &format!("passwd.{k}"),
