@@ -180,7 +180,13 @@ pub async fn cluster(client: &Client, mc: &MetalherdCluster) -> Result<(), CapiE
                 .filter(|c| c.type_ != "Paused")
                 .cloned(),
         );
-        return write_cluster_status(&api, mc, MetalherdClusterStatus { conditions, ..old }).await;
+        return write_status(
+            &api,
+            mc,
+            mc.status.as_ref(),
+            MetalherdClusterStatus { conditions, ..old },
+        )
+        .await;
     }
     add_finalizer(&api, mc, CLUSTER_FINALIZER).await?;
     let ep = &mc.spec.control_plane_endpoint;
@@ -207,26 +213,7 @@ pub async fn cluster(client: &Client, mc: &MetalherdCluster) -> Result<(), CapiE
         }),
         conditions,
     };
-    write_cluster_status(&api, mc, status).await
-}
-
-async fn write_cluster_status(
-    api: &Api<MetalherdCluster>,
-    mc: &MetalherdCluster,
-    status: MetalherdClusterStatus,
-) -> Result<(), CapiError> {
-    if mc.status.as_ref() == Some(&status) {
-        return Ok(());
-    }
-    let patch = json!({"status": status});
-    api.patch_status(
-        &mc.name_any(),
-        &PatchParams::default(),
-        &Patch::Merge(&patch),
-    )
-    .await
-    .map_err(CapiError::api("write the status of", mc.name_any()))?;
-    Ok(())
+    write_status(&api, mc, mc.status.as_ref(), status).await
 }
 
 /// The Cluster API owner of a Machine, as the reuse rule names it.
@@ -299,7 +286,13 @@ pub async fn machine(
                 .filter(|c| c.type_ != "Paused")
                 .cloned(),
         );
-        return write_machine_status(&api, mm, MetalherdMachineStatus { conditions, ..old }).await;
+        return write_status(
+            &api,
+            mm,
+            mm.status.as_ref(),
+            MetalherdMachineStatus { conditions, ..old },
+        )
+        .await;
     }
     add_finalizer(&api, mm, FINALIZER).await?;
 
@@ -322,21 +315,21 @@ pub async fn machine(
                     "WaitingForOwner",
                     "no Cluster API Machine owns this MetalherdMachine yet".into(),
                 );
-                return write_machine_status(&api, mm, status).await;
+                return write_status(&api, mm, mm.status.as_ref(), status).await;
             };
             if !cluster_infrastructure_ready(client, &ns, cm).await? {
                 let status = not_ready(
                     "WaitingForClusterInfrastructure",
                     "the Cluster's infrastructure is not provisioned yet".into(),
                 );
-                return write_machine_status(&api, mm, status).await;
+                return write_status(&api, mm, mm.status.as_ref(), status).await;
             }
             let Some(secret) = cm.data["spec"]["bootstrap"]["dataSecretName"].as_str() else {
                 let status = not_ready(
                     "WaitingForBootstrapData",
                     "the bootstrap provider has not written the bootstrap Secret yet".into(),
                 );
-                return write_machine_status(&api, mm, status).await;
+                return write_status(&api, mm, mm.status.as_ref(), status).await;
             };
             let selector = match &mm.spec.fields.host_selector {
                 Some(ls) => Selector::from_label_selector(ls)
@@ -348,7 +341,7 @@ pub async fn machine(
                 Err(short) => {
                     tracing::info!(%short, "waiting for a server");
                     let status = not_ready("NoServerAvailable", short.to_string());
-                    return write_machine_status(&api, mm, status).await;
+                    return write_status(&api, mm, mm.status.as_ref(), status).await;
                 }
             };
             let mut server = picked;
@@ -379,7 +372,7 @@ pub async fn machine(
                 addresses: addresses(&server),
                 ..not_ready("Provisioning", format!("installing server {server_name}"))
             };
-            return write_machine_status(&api, mm, status).await;
+            return write_status(&api, mm, mm.status.as_ref(), status).await;
         }
     };
 
@@ -431,7 +424,7 @@ pub async fn machine(
         name: server_name.clone(),
     });
     status.addresses = addresses(&server);
-    write_machine_status(&api, mm, status).await
+    write_status(&api, mm, mm.status.as_ref(), status).await
 }
 
 async fn cluster_infrastructure_ready(
@@ -478,21 +471,28 @@ fn addresses(server: &Machine) -> Vec<MachineAddress> {
     out
 }
 
-async fn write_machine_status(
-    api: &Api<MetalherdMachine>,
-    mm: &MetalherdMachine,
-    status: MetalherdMachineStatus,
-) -> Result<(), CapiError> {
-    if mm.status.as_ref() == Some(&status) {
+/// Write `status` through the status subresource, unless it is what the
+/// object already has.
+async fn write_status<K, S>(
+    api: &Api<K>,
+    obj: &K,
+    old: Option<&S>,
+    status: S,
+) -> Result<(), CapiError>
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+    S: PartialEq + serde::Serialize,
+{
+    if old == Some(&status) {
         return Ok(());
     }
     let patch = json!({"status": status});
     api.patch_status(
-        &mm.name_any(),
+        &obj.name_any(),
         &PatchParams::default(),
         &Patch::Merge(&patch),
     )
     .await
-    .map_err(CapiError::api("write the status of", mm.name_any()))?;
+    .map_err(CapiError::api("write the status of", obj.name_any()))?;
     Ok(())
 }

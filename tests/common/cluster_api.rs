@@ -30,7 +30,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use super::control_plane::ControlPlane;
+use super::control_plane::{ControlPlane, spawn_kept};
 use super::lab::Lab;
 use super::proc::{ChildGuard, wait_for};
 use super::server::text;
@@ -437,46 +437,6 @@ fn read_yaml(path: &Path) -> Vec<Value> {
         .map(|d| Value::deserialize(d).unwrap_or_else(|e| panic!("{}: {e}", path.display())))
         .filter(|v| !v.is_null())
         .collect()
-}
-
-/// Spawn `cmd` from a keeper thread that lives as long as the test
-/// process, under `setpriv --pdeathsig KILL`: the manager is killed when
-/// the test binary exits, also when a test fails (the pattern of
-/// control_plane.rs, whose keeper is private to it).
-fn spawn_kept(name: &str, cmd: Command, log: &Path) -> ChildGuard {
-    type Job = (
-        Command,
-        PathBuf,
-        String,
-        std::sync::mpsc::Sender<ChildGuard>,
-    );
-    static KEEPER: OnceLock<Mutex<std::sync::mpsc::Sender<Job>>> = OnceLock::new();
-    let mut kept = Command::new(super::require_tool("setpriv"));
-    kept.args(["--pdeathsig", "KILL", "--"])
-        .arg(cmd.get_program())
-        .args(cmd.get_args());
-    for (k, v) in cmd.get_envs() {
-        match v {
-            Some(v) => kept.env(k, v),
-            None => kept.env_remove(k),
-        };
-    }
-    let keeper = KEEPER.get_or_init(|| {
-        let (tx, rx) = std::sync::mpsc::channel::<Job>();
-        std::thread::spawn(move || {
-            for (mut cmd, log, name, back) in rx {
-                let _ = back.send(ChildGuard::spawn(&name, &mut cmd, &log));
-            }
-        });
-        Mutex::new(tx)
-    });
-    let (tx, rx) = std::sync::mpsc::channel();
-    keeper
-        .lock()
-        .expect("keeper")
-        .send((kept, log.to_path_buf(), name.to_string(), tx))
-        .expect("keeper thread");
-    rx.recv().expect("spawned")
 }
 
 fn base64(b: &[u8]) -> String {

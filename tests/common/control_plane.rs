@@ -521,7 +521,7 @@ pub fn shared() -> Arc<ControlPlane> {
 /// Spawn `cmd` from the keeper thread, which lives as long as the test
 /// process: the child gets SIGKILL when that thread ends (the test binary
 /// exits), and the guard kills it by PID when dropped before that.
-fn spawn_kept(name: &str, cmd: Command, log: &Path) -> ChildGuard {
+pub fn spawn_kept(name: &str, cmd: Command, log: &Path) -> ChildGuard {
     type Job = (
         Command,
         PathBuf,
