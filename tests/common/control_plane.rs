@@ -142,6 +142,7 @@ impl ControlPlane {
         }
         let dir = tempfile::tempdir().expect("tempdir");
         let d = dir.path();
+        super::remove_when_process_exits(d);
         let pki = Pki::generate(d);
         let token = format!("admin-{:016x}", rand::random::<u64>());
         let metalherd_token = format!("metalherd-{:016x}", rand::random::<u64>());

@@ -100,6 +100,31 @@ pub fn require_root() {
     );
 }
 
+/// Remove `dir` once this test process has exited, however it exits. A
+/// harness kept in a `static` for the whole binary (the shared control
+/// plane) is never dropped, so its `TempDir` would outlive every run: a
+/// detached watcher waits for this process's PID and removes the
+/// directory after it. Harmless when `Drop` removed it first.
+pub fn remove_when_process_exits(dir: &std::path::Path) {
+    use std::os::unix::process::CommandExt as _;
+    let spawned = std::process::Command::new(require_tool("sh"))
+        .args([
+            "-c",
+            r#"tail --pid="$1" -f /dev/null; rm -rf -- "$2""#,
+            "remove-when-process-exits",
+        ])
+        .arg(std::process::id().to_string())
+        .arg(dir)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .process_group(0)
+        .spawn();
+    if let Err(e) = spawned {
+        panic!("watcher removing {} at exit: {e}", dir.display());
+    }
+}
+
 /// A short unique suffix for names of namespaces, interfaces and files.
 pub fn unique(prefix: &str) -> String {
     use std::sync::atomic::{AtomicU32, Ordering};
