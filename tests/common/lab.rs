@@ -126,6 +126,8 @@ impl Lab {
             .tempdir()
             .expect("tempdir");
         let run = dir.path().to_path_buf();
+        // A killed test never drops its Lab: its 8 GB of disks go with it.
+        super::remove_when_process_exits(&run);
         let ns = super::unique("mhl");
         let mut lab = Lab {
             ns: ns.clone(),
