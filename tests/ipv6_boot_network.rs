@@ -57,18 +57,21 @@ fn ip(args: &[&str]) {
 
 /// Wait until the namespace has no tentative IPv6 address (DAD done), so
 /// its addresses can send and be reached.
-fn settled(ns: &Netns) {
+/// Wait until `dev` in `ns` has its kernel link-local address and nothing
+/// in `ns` is tentative any more. The link-local address appears only once
+/// the veth has carrier (both ends up), a moment after `ip link set up`:
+/// "no tentative address" alone was also true before it existed, and an
+/// ICMPv6 sent then fails with "Network is unreachable".
+fn settled(ns: &Netns, dev: &str) {
     for _ in 0..100 {
-        if ns
-            .exec(&["ip", "-6", "addr", "show", "tentative"])
-            .trim()
-            .is_empty()
-        {
+        let link_local = ns.exec(&["ip", "-6", "addr", "show", "dev", dev, "scope", "link"]);
+        let tentative = ns.exec(&["ip", "-6", "addr", "show", "tentative"]);
+        if link_local.contains("inet6 fe80:") && tentative.trim().is_empty() {
             return;
         }
         std::thread::sleep(Duration::from_millis(100));
     }
-    panic!("addresses in {} stay tentative", ns.name);
+    panic!("{dev} in {} has no usable link-local address", ns.name);
 }
 
 fn start(extra_ra: &str) -> Net {
@@ -94,8 +97,8 @@ fn start(extra_ra: &str) -> Net {
     srv.exec(&["ip", "addr", "add", "fe80::1/64", "dev", &srv_if, "nodad"]);
     srv.exec(&["ip", "link", "set", &srv_if, "up"]);
     host.exec(&["ip", "link", "set", &host_if, "up"]);
-    settled(&srv);
-    settled(&host);
+    settled(&srv, &srv_if);
+    settled(&host, &host_if);
     let assets = tempfile::tempdir().unwrap();
     std::fs::write(
         assets.path().join("ipxe.efi"),
@@ -276,7 +279,7 @@ fn a_machine_boots_over_ipv6_from_tftp_and_boot_http() {
         &net.host_if,
         "nodad",
     ]);
-    settled(&net.host);
+    settled(&net.host, &net.host_if);
     create(
         s,
         "/api/v1/namespaces/default/secrets",
