@@ -13,6 +13,36 @@ use super::lab::{Lab, lab_sh, mac, tail};
 /// emulation (live boot, install, first boot, kubeadm join).
 pub const NODE_READY_TIMEOUT: Duration = Duration::from_secs(2400);
 
+/// The node image's directory: METALHERD_NODE_IMAGE (an image directory
+/// built earlier, its README), otherwise deploy/node-image/build's output,
+/// which it returns at once from its cache when the inputs did not change.
+pub fn node_image() -> std::path::PathBuf {
+    let image = match std::env::var("METALHERD_NODE_IMAGE") {
+        Ok(dir) => dir,
+        Err(_) => {
+            let build = Command::new(super::repo_root().join("deploy/node-image/build"))
+                .output()
+                .expect("deploy/node-image/build");
+            assert!(
+                build.status.success(),
+                "deploy/node-image/build failed:\n{}",
+                tail(&String::from_utf8_lossy(&build.stderr), 4000)
+            );
+            String::from_utf8_lossy(&build.stdout)
+                .lines()
+                .last()
+                .unwrap_or_default()
+                .trim()
+                .to_string()
+        }
+    };
+    assert!(
+        Path::new(&image).join("vmlinuz").exists(),
+        "the node image build printed no output directory: {image:?}"
+    );
+    image.into()
+}
+
 impl Lab {
     /// A rack of `n` real nodes: VMs with 2 GiB, 1 vCPU and a blank 8 GiB
     /// virtio disk, the node image (deploy/node-image/build, cached) and
@@ -31,32 +61,7 @@ impl Lab {
 
     pub(crate) fn start_nodes(&mut self, n: usize, venv: &Path, disks: NodeDisks) {
         let root = super::repo_root();
-        // METALHERD_NODE_IMAGE: an image directory built earlier (its
-        // README); otherwise the build, which returns its cache at once
-        // when the inputs did not change.
-        let image = match std::env::var("METALHERD_NODE_IMAGE") {
-            Ok(dir) => dir,
-            Err(_) => {
-                let build = Command::new(root.join("deploy/node-image/build"))
-                    .output()
-                    .expect("deploy/node-image/build");
-                assert!(
-                    build.status.success(),
-                    "deploy/node-image/build failed:\n{}",
-                    tail(&String::from_utf8_lossy(&build.stderr), 4000)
-                );
-                String::from_utf8_lossy(&build.stdout)
-                    .lines()
-                    .last()
-                    .unwrap_or_default()
-                    .trim()
-                    .to_string()
-            }
-        };
-        assert!(
-            Path::new(&image).join("vmlinuz").exists(),
-            "the node image build printed no output directory: {image:?}"
-        );
+        let image = node_image().display().to_string();
         std::fs::create_dir_all(self.run.join("data")).expect("data dir");
         let (ns, r) = (self.ns.clone(), self.run.display().to_string());
         lab_sh(&format!(

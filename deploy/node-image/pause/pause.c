@@ -1,7 +1,7 @@
 /* The pod sandbox ("pause") process, as Kubernetes' build/pause/linux/pause.c:
  * sleeps until SIGINT/SIGTERM, reaps the zombies it inherits as PID 1.
  * Built statically by deploy/node-image/build and shipped in an OCI archive
- * that metalherd-pause-import.service imports into containerd. */
+ * that metalherd-images-import.service imports into containerd. */
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
