@@ -341,6 +341,30 @@ fn join_a_cluster_api_worker_on_a_vm() {
     });
     let to_ready = applied.elapsed();
     assert_eq!(node["spec"]["providerID"], provider_id.as_str(), "{node:#}");
+    // The installed node imported the images it carries (no registry):
+    // metalherd-images-import.service writes to the serial console, one
+    // line naming them by archive (coredns, etcd, kube-apiserver, ...,
+    // pause last), which the console cuts after about 380 characters: the
+    // names checked are those before the cut.
+    let console = lab.console(1);
+    let imported = console
+        .lines()
+        .find(|l| l.contains("images-import: imported"))
+        .unwrap_or_else(|| {
+            panic!(
+                "no images-import on vm1's console:\n{}",
+                tail(&console, 4000)
+            )
+        });
+    for image in [
+        "registry.k8s.io/coredns/coredns:v1.12.1",
+        "registry.k8s.io/etcd:3.6.5-0",
+        "registry.k8s.io/kube-apiserver:v1.34.4",
+        "registry.k8s.io/kube-proxy:v1.34.4",
+        "registry.k8s.io/pause:3.6",
+    ] {
+        assert!(imported.contains(image), "{image} not imported: {imported}");
+    }
 
     let machine = wait(
         "Cluster API's Machine Running with its nodeRef",
