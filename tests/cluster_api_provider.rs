@@ -400,10 +400,13 @@ fn node_config_runs_in_real_ignition(
         unit.contains("ExecStart=/bin/bash /etc/kubeadm.sh"),
         "{unit}"
     );
-    // The booted call-home waits for Cluster API's join, not metalherd's.
+    // The booted call-home waits for Cluster API's join, not metalherd's,
+    // and only follows a join that succeeded.
     let booted = read("/etc/systemd/system/metalherd-booted.service");
     assert!(
-        booted.contains("After=network-online.target kubelet.service kubeadm.service\n"),
+        booted.contains(
+            "After=network-online.target kubelet.service kubeadm.service\nRequires=kubeadm.service\n"
+        ),
         "{booted}"
     );
     // metalherd's own join is not there.

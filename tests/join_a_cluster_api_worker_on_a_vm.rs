@@ -34,94 +34,30 @@
 
 mod common;
 
-use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+use common::capi_lab::{apply, declare_pool, get, list, node_ready, start_cluster_api};
 use common::capi_objects::{INFRA, NS, condition, infra};
-use common::cluster_api::ClusterApi;
 use common::lab::{LAB_LOCK, Lab, tail};
 use common::lab_nodes::NODE_READY_TIMEOUT;
-use common::proc::{ChildGuard, wait_for};
 use serde_json::{Value, json};
 
-const LEADING: &str = "leading: starting the boot services and controllers";
-/// The stand-in control plane's API group.
-const LAB_CP: &str = "controlplane.lab.metalherd.dev";
-/// The lab's API server, as the node and the managers reach it.
-const ENDPOINT: &str = "10.89.0.1";
-
-/// metalherd in Kubernetes mode in the rack's namespace, as
-/// provision_in_kubernetes_mode_on_a_vm's replicas run.
-fn replica(lab: &Lab, config: &Path, port: u16) -> ChildGuard {
-    let kubeconfig = lab.run.join("kube/admin.kubeconfig").display().to_string();
-    let mut cmd = Command::new("ip");
-    cmd.args(["netns", "exec", &lab.ns])
-        .arg(common::metalherd_bin())
-        .arg("--data-dir")
-        .arg(lab.run.join("data-capi"))
-        .args(["serve", "--listen", &format!("127.0.0.1:{port}")])
-        .arg("--config")
-        .arg(config)
-        .args(common::rack::replica_args(&kubeconfig))
-        .env("METALHERD_LOG", "info");
-    ChildGuard::spawn("metalherd (Kubernetes mode)", &mut cmd, &log_path(lab))
-}
-
-fn log_path(lab: &Lab) -> std::path::PathBuf {
-    lab.run.join("replica-capi.log")
-}
-
-fn log(lab: &Lab) -> String {
-    std::fs::read_to_string(log_path(lab)).unwrap_or_default()
-}
-
-/// `kubectl apply` of `docs` in the lab's API server.
-fn apply(lab: &Lab, docs: &[Value]) {
-    let f = lab.run.join("capi-objects.json");
-    let list = json!({"apiVersion": "v1", "kind": "List", "items": docs});
-    std::fs::write(&f, list.to_string()).unwrap();
-    let (ok, out, err) = lab.kubectl(&["apply", "-f", f.to_str().unwrap()]);
-    assert!(ok, "kubectl apply: {out}{err}");
-}
-
-fn get(lab: &Lab, resource: &str, name: &str) -> Value {
-    let (ok, out, err) = lab.kubectl(&["get", resource, name, "-n", NS, "-o", "json"]);
-    if !ok {
-        return json!({"error": err});
-    }
-    serde_json::from_str(&out).unwrap_or(Value::Null)
-}
-
-fn list(lab: &Lab, resource: &str) -> Vec<Value> {
-    let (ok, out, _) = lab.kubectl(&["get", resource, "-n", NS, "-o", "json"]);
-    let v: Value = serde_json::from_str(&out)
-        .ok()
-        .filter(|_| ok)
-        .unwrap_or_default();
-    v["items"].as_array().cloned().unwrap_or_default()
-}
-
-/// Wait until `f` holds; on timeout, panic with every log that may say why.
+/// [`common::capi_lab::wait`] with vm1's console on a timeout.
 fn wait<T>(
     what: &str,
     timeout: Duration,
     lab: &Lab,
-    capi: &ClusterApi,
-    mut f: impl FnMut() -> Option<T>,
+    capi: &common::cluster_api::ClusterApi,
+    f: impl FnMut() -> Option<T>,
 ) -> T {
-    let t0 = Instant::now();
-    if let Some(v) = wait_for(timeout, &mut f) {
-        eprintln!("lab: {what} after {:.1} s", t0.elapsed().as_secs_f64());
-        return v;
-    }
-    panic!(
-        "timed out waiting for {what}\n{}\n---- metalherd log tail:\n{}\n---- vm1 console tail:\n{}",
-        capi.logs_tail(30),
-        tail(&log(lab), 6000),
-        tail(&lab.console(1), 6000)
-    );
+    common::capi_lab::wait(what, timeout, lab, capi, 1, f)
 }
+
+/// The stand-in control plane's API group.
+const LAB_CP: &str = "controlplane.lab.metalherd.dev";
+/// The lab's API server, as the node and the managers reach it.
+const ENDPOINT: &str = "10.89.0.1";
 
 /// The stand-in for a control plane provider: a namespaced kind with a
 /// status subresource, labelled for Cluster API's v1beta2 contract so core
@@ -168,21 +104,8 @@ fn join_a_cluster_api_worker_on_a_vm() {
         t_lab.elapsed()
     );
 
-    let capi = ClusterApi::start_with_feature_gates(&lab, "KubeadmBootstrapFormatIgnition=true");
-    let provider = common::repo_root().join("deploy/cluster-api");
-    let (ok, out, err) = lab.kubectl(&["apply", "-f", provider.to_str().unwrap()]);
-    assert!(ok, "provider CRDs and roles: {out}{err}");
     apply(&lab, &[control_plane_crd()]);
-    let (ok, _, err) = lab.kubectl(&[
-        "wait",
-        "--for=condition=Established",
-        "--timeout=60s",
-        "crd/metalherdmachines.infrastructure.cluster.x-k8s.io",
-        "crd/metalherdclusters.infrastructure.cluster.x-k8s.io",
-        "crd/metalherdmachinetemplates.infrastructure.cluster.x-k8s.io",
-        &format!("crd/labcontrolplanes.{LAB_CP}"),
-    ]);
-    assert!(ok, "{err}");
+    let capi = start_cluster_api(&lab, &[&format!("crd/labcontrolplanes.{LAB_CP}")]);
 
     // metalherd with the provider on: the lab's config (its controller
     // section names the lab's cluster for Node lookups) plus clusterApi.
@@ -194,28 +117,12 @@ fn join_a_cluster_api_worker_on_a_vm() {
             .contains("clusterApi: true"),
         "config"
     );
-    let mut metalherd = replica(&lab, &config, common::free_port());
-    wait_for(Duration::from_secs(60), || {
-        log(&lab).contains(LEADING).then_some(())
-    })
-    .unwrap_or_else(|| panic!("metalherd did not lead:\n{}", log(&lab)));
+    let mut metalherd = common::capi_lab::metalherd(&lab, &config);
 
     // The lab's class and the VM without a class: Available, a pool the
     // MetalherdMachineTemplate selects (`rack: lab`). The class's own
     // `join` stays; the bootstrap data replaces it on the node.
-    lab.write_manifests(&[]);
-    let machines = run.join("machines.yaml");
-    let pool: String = std::fs::read_to_string(&machines)
-        .unwrap()
-        .lines()
-        .filter(|l| !l.trim_start().starts_with("classRef:"))
-        .map(|l| format!("{l}\n"))
-        .collect();
-    std::fs::write(&machines, pool).unwrap();
-    for f in ["class.yaml", "machines.yaml"] {
-        let (ok, out, err) = lab.kubectl(&["apply", "-f", &run.join(f).to_string_lossy()]);
-        assert!(ok, "kubectl apply -f {f}: {out}{err}");
-    }
+    declare_pool(&lab, &[]);
     wait(
         "vm1 Available",
         Duration::from_secs(300),
@@ -333,11 +240,7 @@ fn join_a_cluster_api_worker_on_a_vm() {
     // The install, the first boot and kubeadm join from CABPK's data.
     let node = wait("Node vm1 Ready", NODE_READY_TIMEOUT, &lab, &capi, || {
         let n = get(&lab, "node", "vm1");
-        let ready = n["status"]["conditions"]
-            .as_array()?
-            .iter()
-            .any(|c| c["type"] == "Ready" && c["status"] == "True");
-        ready.then_some(n)
+        node_ready(&n).then_some(n)
     });
     let to_ready = applied.elapsed();
     assert_eq!(node["spec"]["providerID"], provider_id.as_str(), "{node:#}");

@@ -207,6 +207,7 @@ pub(crate) fn node_config(
                 } else {
                     "metalherd-kubeadm-join.service"
                 },
+                require_join: secrets.bootstrap().is_some(),
             },
         )?,
     ));

@@ -195,6 +195,10 @@ pub(crate) struct BootedUnit<'a> {
     /// The unit that joins the node: metalherd's, or Cluster API's
     /// `kubeadm.service`.
     pub join_unit: &'a str,
+    /// Call home only once the join unit succeeded: Cluster API's
+    /// `kubeadm.service` runs once and fails for good (metalherd's own
+    /// join retries, so `booted` only waits for it).
+    pub require_join: bool,
 }
 
 /// One taint, its strings already YAML-quoted.

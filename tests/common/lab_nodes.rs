@@ -16,6 +16,9 @@ pub const NODE_READY_TIMEOUT: Duration = Duration::from_secs(2400);
 /// The node image's directory: METALHERD_NODE_IMAGE (an image directory
 /// built earlier, its README), otherwise deploy/node-image/build's output,
 /// which it returns at once from its cache when the inputs did not change.
+/// vCPUs of VM 1 when set ([`Lab::up_nodes_control_plane_first`]).
+static FIRST_VM_CPUS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
 pub fn node_image() -> std::path::PathBuf {
     let image = match std::env::var("METALHERD_NODE_IMAGE") {
         Ok(dir) => dir,
@@ -53,6 +56,14 @@ impl Lab {
         Lab::start(n, Some(NodeDisks::One))
     }
 
+    /// [`Lab::up_nodes`] whose first VM has two vCPUs, for a control
+    /// plane (kubeadm's preflight asks for two; an emulated kube-apiserver
+    /// and etcd on one starve while the other VMs install beside them).
+    pub fn up_nodes_control_plane_first(n: usize) -> Lab {
+        FIRST_VM_CPUS.store(2, std::sync::atomic::Ordering::SeqCst);
+        Lab::start(n, Some(NodeDisks::One))
+    }
+
     /// [`Lab::up_nodes`] whose VMs also have a smaller second disk, the
     /// one an install without hints would pick ([`DECOY_SERIAL`]).
     pub fn up_nodes_with_decoy(n: usize) -> Lab {
@@ -79,8 +90,12 @@ impl Lab {
                     decoy.display()
                 );
             }
+            let cpus = match FIRST_VM_CPUS.load(std::sync::atomic::Ordering::SeqCst) {
+                c if i == 1 && c > 0 => c.to_string(),
+                _ => "${LAB_VM_CPUS:-1}".to_string(),
+            };
             let uuid = lab_sh(&format!(
-                "LAB_VM_MEMORY=${{LAB_VM_MEMORY:-2048}} LAB_VM_CPUS=${{LAB_VM_CPUS:-1}} LAB_VM_DISK_BUS=virtio LAB_VM_ON_REBOOT=destroy \
+                "LAB_VM_MEMORY=${{LAB_VM_MEMORY:-2048}} LAB_VM_CPUS={cpus} LAB_VM_DISK_BUS=virtio LAB_VM_ON_REBOOT=destroy \
                  LAB_VM_DISK_SERIAL={ROOT_SERIAL} {second} \
                  lab_define_vm '{r}' {ns}-vm{i} {} '{}' br0 uefi",
                 mac(i),

@@ -7,6 +7,7 @@ pub mod bmc_proxy;
 pub mod boot_server;
 pub mod bootlab;
 pub mod browser;
+pub mod capi_lab;
 pub mod capi_objects;
 pub mod cluster_api;
 pub mod control_plane;

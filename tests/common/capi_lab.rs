@@ -1,0 +1,178 @@
+//! Cluster API on the virtual rack: the lab's kube-apiserver as Cluster
+//! API's management cluster, the managers and metalherd (`serve --store
+//! kubernetes` with `controller.clusterApi: true`) in the rack's namespace,
+//! and kubectl helpers with failure messages that carry every log that may
+//! say why (the managers', metalherd's, each VM's console).
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+use super::capi_objects::NS;
+use super::cluster_api::ClusterApi;
+use super::lab::{Lab, tail};
+use super::proc::{ChildGuard, wait_for};
+
+/// The line metalherd logs once it leads and runs its controllers.
+pub const LEADING: &str = "leading: starting the boot services and controllers";
+
+/// The provider's CRDs.
+const PROVIDER_CRDS: [&str; 3] = [
+    "crd/metalherdmachines.infrastructure.cluster.x-k8s.io",
+    "crd/metalherdclusters.infrastructure.cluster.x-k8s.io",
+    "crd/metalherdmachinetemplates.infrastructure.cluster.x-k8s.io",
+];
+
+/// Cluster API's managers with `format: ignition` allowed, and metalherd's
+/// provider manifests (deploy/cluster-api) applied and established, plus
+/// `extra_crds` (applied by the caller first, waited for here).
+pub fn start_cluster_api(lab: &Lab, extra_crds: &[&str]) -> ClusterApi {
+    let capi = ClusterApi::start_with_feature_gates(lab, "KubeadmBootstrapFormatIgnition=true");
+    let provider = super::repo_root().join("deploy/cluster-api");
+    let (ok, out, err) = lab.kubectl(&["apply", "-f", provider.to_str().unwrap()]);
+    assert!(ok, "provider CRDs and roles: {out}{err}");
+    let mut args = vec!["wait", "--for=condition=Established", "--timeout=60s"];
+    args.extend(PROVIDER_CRDS);
+    args.extend(extra_crds);
+    let (ok, _, err) = lab.kubectl(&args);
+    assert!(ok, "{err}");
+    capi
+}
+
+fn log_path(lab: &Lab) -> PathBuf {
+    lab.run.join("replica-capi.log")
+}
+
+/// metalherd's log (the replica [`metalherd`] started).
+pub fn log(lab: &Lab) -> String {
+    std::fs::read_to_string(log_path(lab)).unwrap_or_default()
+}
+
+/// metalherd in Kubernetes mode in the rack's namespace, as
+/// provision_in_kubernetes_mode_on_a_vm's replicas run, with `config`;
+/// returns once it leads.
+pub fn metalherd(lab: &Lab, config: &Path) -> ChildGuard {
+    let kubeconfig = lab.run.join("kube/admin.kubeconfig").display().to_string();
+    let mut cmd = Command::new("ip");
+    cmd.args(["netns", "exec", &lab.ns])
+        .arg(super::metalherd_bin())
+        .arg("--data-dir")
+        .arg(lab.run.join("data-capi"))
+        .args([
+            "serve",
+            "--listen",
+            &format!("127.0.0.1:{}", super::free_port()),
+        ])
+        .arg("--config")
+        .arg(config)
+        .args(super::rack::replica_args(&kubeconfig))
+        .env("METALHERD_LOG", "info");
+    let proc = ChildGuard::spawn("metalherd (Kubernetes mode)", &mut cmd, &log_path(lab));
+    wait_for(Duration::from_secs(60), || {
+        log(lab).contains(LEADING).then_some(())
+    })
+    .unwrap_or_else(|| panic!("metalherd did not lead:\n{}", log(lab)));
+    proc
+}
+
+/// The lab's class and its Machines with no class (Available, a pool the
+/// MetalherdMachineTemplates select by label), applied; `labels` adds
+/// labels to a Machine by name (`("vm1", "role: control-plane")`).
+pub fn declare_pool(lab: &Lab, labels: &[(&str, &str)]) {
+    lab.write_manifests(&[]);
+    let machines = lab.run.join("machines.yaml");
+    let pool: String = std::fs::read_to_string(&machines)
+        .unwrap()
+        .lines()
+        .filter(|l| !l.trim_start().starts_with("classRef:"))
+        .map(|l| {
+            let mut l = l.to_string();
+            for (name, label) in labels {
+                let from = format!("{{name: {name}, namespace: default, labels: {{rack: lab}}}}");
+                let to =
+                    format!("{{name: {name}, namespace: default, labels: {{rack: lab, {label}}}}}");
+                l = l.replace(&from, &to);
+            }
+            l + "\n"
+        })
+        .collect();
+    for (name, label) in labels {
+        assert!(
+            pool.contains(&format!("{{rack: lab, {label}}}")),
+            "{name} not labelled in:\n{pool}"
+        );
+    }
+    std::fs::write(&machines, pool).unwrap();
+    for f in ["class.yaml", "machines.yaml"] {
+        let (ok, out, err) = lab.kubectl(&["apply", "-f", &lab.run.join(f).to_string_lossy()]);
+        assert!(ok, "kubectl apply -f {f}: {out}{err}");
+    }
+}
+
+/// `kubectl apply` of `docs` in the lab's API server.
+pub fn apply(lab: &Lab, docs: &[Value]) {
+    let f = lab.run.join("capi-objects.json");
+    let list = json!({"apiVersion": "v1", "kind": "List", "items": docs});
+    std::fs::write(&f, list.to_string()).unwrap();
+    let (ok, out, err) = lab.kubectl(&["apply", "-f", f.to_str().unwrap()]);
+    assert!(ok, "kubectl apply: {out}{err}");
+}
+
+/// One object in [`NS`], or `{"error": ...}`.
+pub fn get(lab: &Lab, resource: &str, name: &str) -> Value {
+    let (ok, out, err) = lab.kubectl(&["get", resource, name, "-n", NS, "-o", "json"]);
+    if !ok {
+        return json!({"error": err});
+    }
+    serde_json::from_str(&out).unwrap_or(Value::Null)
+}
+
+/// Every object of a resource in [`NS`] (none when kubectl fails).
+pub fn list(lab: &Lab, resource: &str) -> Vec<Value> {
+    let (ok, out, _) = lab.kubectl(&["get", resource, "-n", NS, "-o", "json"]);
+    let v: Value = serde_json::from_str(&out)
+        .ok()
+        .filter(|_| ok)
+        .unwrap_or_default();
+    v["items"].as_array().cloned().unwrap_or_default()
+}
+
+/// Whether a Node (as JSON) has Ready=True.
+pub fn node_ready(n: &Value) -> bool {
+    n["status"]["conditions"].as_array().is_some_and(|cs| {
+        cs.iter()
+            .any(|c| c["type"] == "Ready" && c["status"] == "True")
+    })
+}
+
+/// Wait until `f` holds; on timeout, panic with the managers' and
+/// metalherd's log tails and the console tails of VMs 1..=`vms`.
+pub fn wait<T>(
+    what: &str,
+    timeout: Duration,
+    lab: &Lab,
+    capi: &ClusterApi,
+    vms: usize,
+    mut f: impl FnMut() -> Option<T>,
+) -> T {
+    let t0 = Instant::now();
+    if let Some(v) = wait_for(timeout, &mut f) {
+        eprintln!("lab: {what} after {:.1} s", t0.elapsed().as_secs_f64());
+        return v;
+    }
+    let consoles: String = (1..=vms)
+        .map(|i| {
+            format!(
+                "---- vm{i} console tail:\n{}\n",
+                tail(&lab.console(i), 5000)
+            )
+        })
+        .collect();
+    panic!(
+        "timed out waiting for {what}\n{}\n---- metalherd log tail:\n{}\n{consoles}",
+        capi.logs_tail(30),
+        tail(&log(lab), 6000),
+    );
+}
