@@ -100,6 +100,27 @@ fn cluster_objects() -> Vec<Value> {
     let leases = json!([
         {"name": "leader-elect-lease-duration", "value": "120s"},
         {"name": "leader-elect-renew-deadline", "value": "90s"}]);
+    // kube-apiserver's health checks give etcd 2 s by default: failed
+    // livez checks had the kubelet restart it in the middle of kubeadm
+    // init's last phases. kubeadm patches (its `patches.directory`) give
+    // the static pods' probes more patience on the same grounds.
+    let etcd_checks = json!([
+        {"name": "etcd-healthcheck-timeout", "value": "30s"},
+        {"name": "etcd-readycheck-timeout", "value": "30s"}]);
+    let patches = "/etc/kubernetes/patches";
+    let patient = |container: &str| {
+        json!({"path": format!("{patches}/{container}+strategic.yaml"), "owner": "root:root",
+            "permissions": "0644",
+            "content": format!("spec:\n  containers:\n  - name: {container}\n    livenessProbe: {{failureThreshold: 120, timeoutSeconds: 60}}\n    startupProbe: {{failureThreshold: 120, timeoutSeconds: 60}}\n")})
+    };
+    let files: Vec<Value> = [
+        "kube-apiserver",
+        "etcd",
+        "kube-controller-manager",
+        "kube-scheduler",
+    ]
+    .map(patient)
+    .into();
     let server_template = |name: &str, role: &str| {
         json!({"apiVersion": format!("{INFRA}/v1alpha1"), "kind": "MetalherdMachineTemplate",
             "metadata": {"name": name, "namespace": NS},
@@ -119,15 +140,19 @@ fn cluster_objects() -> Vec<Value> {
                 "machineTemplate": {"spec": {
                     "infrastructureRef": infra("MetalherdMachineTemplate", "c1-cp")}},
                 "kubeadmConfigSpec": {"format": "ignition",
+                    "files": files,
                     "clusterConfiguration": {
+                        "apiServer": {"extraArgs": etcd_checks},
                         "controllerManager": {"extraArgs": leases.clone()},
                         "scheduler": {"extraArgs": leases}},
                     "initConfiguration": {
                         "nodeRegistration": {"criSocket": cri},
+                        "patches": {"directory": patches},
                         "timeouts": timeouts},
                     // KCP wants the control-plane timeout the same in both.
                     "joinConfiguration": {
                         "nodeRegistration": {"criSocket": cri},
+                        "patches": {"directory": patches},
                         "timeouts": timeouts}}}}),
         json!({"apiVersion": "bootstrap.cluster.x-k8s.io/v1beta2", "kind": "KubeadmConfigTemplate",
             "metadata": {"name": "c1-md", "namespace": NS},
