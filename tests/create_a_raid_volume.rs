@@ -8,6 +8,9 @@
 //!   collection (from the two SSDs its drive hints pick), reads it
 //!   back into `status.volumes`, and the install config it serves tells
 //!   the installer to write the disk with the volume's WWN.
+//!   rv1's BMC answers its first volume POST with a 500 after making the
+//!   volume: metalherd does not POST again at once, and its next try
+//!   finds the volume by name and makes no second one.
 //! - A reimage finds the volume by name and creates nothing.
 //! - A BMC with too few free drives: the boot stops before its power-on,
 //!   the Machine's last error says how many drives matched.
@@ -40,13 +43,21 @@ async fn create_a_raid_volume_on_the_simulated_rack() {
     .await;
 
     // rv1: two free SSDs besides its boot drive.
-    s.rack.machines[0].bmc.sim.lock().unwrap().opts.raid_drives = 2;
+    {
+        let mut sim = s.rack.machines[0].bmc.sim.lock().unwrap();
+        sim.opts.raid_drives = 2;
+        sim.opts.volume_answers_lost = 1;
+    }
     declare_on_the_volume(&s, "rv1").await;
     let m = s
         .until("rv1", "Ready", |m| m["status"]["phase"] == "Ready")
         .await;
-    let vols = s.rack.machines[0].bmc.sim.lock().unwrap().volumes.clone();
+    let (vols, posts) = {
+        let sim = s.rack.machines[0].bmc.sim.lock().unwrap();
+        (sim.volumes.clone(), sim.counters.volume_posts)
+    };
     assert_eq!(vols.len(), 1, "{vols:?}");
+    assert_eq!(posts, 1, "the lost answer was followed by a second POST");
     assert_eq!(vols[0]["Name"], "os");
     assert_eq!(vols[0]["RAIDType"], "RAID1");
     assert_eq!(vols[0]["CapacityBytes"], 400u64 << 30);
@@ -81,7 +92,11 @@ async fn create_a_raid_volume_on_the_simulated_rack() {
         m["status"]["phase"] == "Ready" && m["status"]["provisionedRevision"] != before
     })
     .await;
-    assert_eq!(s.rack.machines[0].bmc.sim.lock().unwrap().volumes.len(), 1);
+    {
+        let sim = s.rack.machines[0].bmc.sim.lock().unwrap();
+        assert_eq!(sim.volumes.len(), 1);
+        assert_eq!(sim.counters.volume_posts, 1);
+    }
     assert_eq!(s.rack.boots()[0], 2);
 
     // rv2 has one free SSD: the boot stops before its power-on, named.

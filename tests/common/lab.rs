@@ -487,6 +487,23 @@ impl Lab {
             .count()
     }
 
+    /// Number of requests like `bmc_calls` the emulator answered with a
+    /// 2xx (its log line ends `HTTP/1.1" 201 -`); the others are printed.
+    pub fn bmc_calls_accepted(&self, method: &str, path: &str) -> usize {
+        let log = std::fs::read_to_string(self.run.join("sushy.log")).unwrap_or_default();
+        let calls = log
+            .lines()
+            .filter(|l| l.contains(&format!("\"{method} ")) && l.contains(path));
+        let (ok, refused): (Vec<&str>, Vec<&str>) = calls.partition(|l| {
+            l.rsplit_once("\" ")
+                .is_some_and(|(_, status)| status.starts_with('2'))
+        });
+        for l in refused {
+            eprintln!("lab: the BMC refused: {l}");
+        }
+        ok.len()
+    }
+
     /// Number of power actions the Redfish emulator received (from its log).
     pub fn reset_calls(&self) -> usize {
         self.bmc_calls("POST", "ComputerSystem.Reset")

@@ -52,6 +52,9 @@ pub struct ServerOptions {
     /// SSDs besides the boot drive, free for RAID volumes (and, when
     /// any, a `Volumes` collection).
     pub raid_drives: u32,
+    /// This many volume POSTs make their volume, then answer 500 (an
+    /// answer lost after the controller acted).
+    pub volume_answers_lost: u32,
 }
 
 impl Default for ServerOptions {
@@ -72,6 +75,7 @@ impl Default for ServerOptions {
             firmware_refused: false,
             firmware_ignored: false,
             raid_drives: 0,
+            volume_answers_lost: 0,
         }
     }
 }
@@ -91,6 +95,8 @@ pub struct Counters {
     /// Resets that start the server (On while off, or PowerCycle): each
     /// is a boot a simulated server walks.
     pub power_ons: u32,
+    /// Volume POSTs received, answered or not.
+    pub volume_posts: u32,
 }
 
 #[derive(Debug)]

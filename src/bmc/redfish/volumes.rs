@@ -3,7 +3,6 @@
 //! RAID volume POSTed to the first Storage that has a `Volumes` collection,
 //! its members picked from that Storage's drives by [`pick_drives`].
 
-use reqwest::Method;
 use serde::Deserialize;
 use serde_json::json;
 
@@ -44,6 +43,10 @@ struct VolumeLinks {
 }
 
 const GIB: u64 = 1 << 30;
+
+/// How long a volume's POST may take to be answered: a controller may
+/// build the volume before it answers (the lab's emulator does).
+const CREATE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(120);
 
 /// The first `hints.count` drives (path, facts), in order, that match every
 /// hint set and are not `taken`; `Err` says how many matched.
@@ -141,9 +144,17 @@ impl RedfishBmc {
         let Some(volumes) = &storage.volumes else {
             return Ok(());
         };
-        let taken: Vec<String> = self
-            .volumes_of(storage)
-            .await?
+        let existing = self.volumes_of(storage).await?;
+        // A create tried again after its answer was lost (a timeout, a
+        // 5xx after the BMC acted) finds the volume made the first time.
+        if existing
+            .iter()
+            .any(|v| v.name.as_deref() == Some(spec.name.as_str()))
+        {
+            tracing::info!(address = %self.address(), volume = %spec.name, "volume already there");
+            return Ok(());
+        }
+        let taken: Vec<String> = existing
             .into_iter()
             .flat_map(|v| v.links.drives.into_iter().map(|l| l.odata_id))
             .collect();
@@ -165,9 +176,12 @@ impl RedfishBmc {
         if let Some(g) = spec.size_gigabytes {
             body["CapacityBytes"] = json!(g.saturating_mul(GIB));
         }
+        // Once: a 5xx may come after the BMC made the volume, and a retry
+        // here would make a second one. The controller tries again later,
+        // reading the volumes first (above).
         let r = self
             .t
-            .send(Method::POST, &volumes.odata_id, Some(&body), None)
+            .post_once(&volumes.odata_id, &body, CREATE_TIMEOUT, None)
             .await?;
         match (r.status, r.location) {
             (202, Some(task)) => {

@@ -68,6 +68,7 @@ pub async fn create_volume(
     body: axum::body::Bytes,
 ) -> Response {
     let mut sim = auth!(s, headers);
+    sim.counters.volume_posts += 1;
     let Ok(v) = serde_json::from_slice::<Value>(&body) else {
         return StatusCode::BAD_REQUEST.into_response();
     };
@@ -112,5 +113,9 @@ pub async fn create_volume(
         "Identifiers": [{"DurableNameFormat": "NAA", "DurableName": format!("0x6000c29{id:09x}")}],
         "Links": {"Drives": drives.iter().map(|d| json!({"@odata.id": d})).collect::<Vec<_>>()}}),
     );
+    if sim.opts.volume_answers_lost > 0 {
+        sim.opts.volume_answers_lost -= 1;
+        return StatusCode::INTERNAL_SERVER_ERROR.into_response();
+    }
     (StatusCode::CREATED, [(header::LOCATION, link)]).into_response()
 }
