@@ -34,14 +34,12 @@ use std::time::{Duration, Instant};
 
 use common::cluster_api::ClusterApi;
 use common::control_plane::ControlPlane;
-use common::rack::{controller_config, put_secret};
+use common::rack::put_secret;
 use common::server::Server;
 use common::sim_rack::{SimRack, bmc_credentials};
 use serde_json::json;
 
-use common::capi_objects::{
-    NS, apply, condition, get, infra, list, metalherd_cluster, serve_files, template,
-};
+use common::capi_objects::{NS, apply, condition, get, infra, list, metalherd_cluster, template};
 
 /// Wait until `f` holds, with the managers' and metalherd's logs on failure.
 fn wait<T>(
@@ -79,47 +77,14 @@ fn cluster_api_provider_on_the_simulated_rack() {
     let boot_port = common::free_port();
     let boot_url = format!("http://127.0.0.1:{boot_port}");
     let rack = rt.block_on(SimRack::start("capi", 5, 63, &boot_url));
-    let config = controller_config(
-        "  clusterApi: true\n",
-        &format!(
-            "boot:\n  listen: 127.0.0.1:{boot_port}\n  assetsDir: {}\n  waitSeconds: 1\n",
-            dir.path().join("assets").display()
-        ),
-    );
-    let kc = cp.metalherd_kubeconfig();
-    let metalherd = Server::start_with_args(
-        Some(&config),
-        &[
-            "--store",
-            "kubernetes",
-            "--kubeconfig",
-            kc.to_str().unwrap(),
-        ],
-    );
+    let metalherd =
+        common::capi_objects::provider_metalherd(&cp, boot_port, &dir.path().join("assets"));
 
     // The servers: one for the control plane, three for the pool, a spare.
     let (user, pw) = bmc_credentials();
     put_secret(&*cp, "bmc", &user, &pw);
     common::rack::put_join_secret(&*cp);
-    // The class's kubelet and kubeadm come from a loopback file server
-    // (the node config's Ignition fetches them, pinned by sha512).
-    let files = serve_files(&[
-        ("kubelet", b"#!/bin/sh\necho kubelet\n"),
-        ("kubeadm", b"#!/bin/sh\necho kubeadm\n"),
-    ]);
-    let mut class = common::rack::flatcar_class(dir.path());
-    for (name, body) in [
-        ("kubelet", &b"#!/bin/sh\necho kubelet\n"[..]),
-        ("kubeadm", b"#!/bin/sh\necho kubeadm\n"),
-    ] {
-        use sha2::Digest;
-        let hex: String = sha2::Sha512::digest(body)
-            .iter()
-            .map(|b| format!("{b:02x}"))
-            .collect();
-        class["spec"]["kubernetes"][name] =
-            json!({"url": format!("http://{files}/{name}"), "sha512": hex});
-    }
+    let class = common::capi_objects::class_with_served_binaries(dir.path());
     let mut servers = vec![class];
     for i in 0..5 {
         let pool = match i {

@@ -33,7 +33,6 @@ use common::capi_objects::{
 };
 use common::cluster_api::ClusterApi;
 use common::control_plane::{ControlPlane, Options};
-use common::rack::controller_config;
 use common::server::Server;
 use common::sim_rack::{SimRack, bmc_credentials};
 use serde_json::{Value, json};
@@ -53,23 +52,7 @@ fn run_metalherd(data_dir: &std::path::Path, args: &[&str]) -> (bool, String, St
 }
 
 fn metalherd(cp: &ControlPlane, boot_port: u16, assets: &std::path::Path) -> Server {
-    let config = controller_config(
-        "  clusterApi: true\n",
-        &format!(
-            "boot:\n  listen: 127.0.0.1:{boot_port}\n  assetsDir: {}\n  waitSeconds: 1\n",
-            assets.display()
-        ),
-    );
-    let kc = cp.metalherd_kubeconfig();
-    Server::start_with_args(
-        Some(&config),
-        &[
-            "--store",
-            "kubernetes",
-            "--kubeconfig",
-            kc.to_str().unwrap(),
-        ],
-    )
+    common::capi_objects::provider_metalherd(cp, boot_port, assets)
 }
 
 fn install_provider(cp: &ControlPlane) {

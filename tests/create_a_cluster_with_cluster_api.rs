@@ -14,7 +14,8 @@
 //! workload cluster does not exist before its control plane does: each
 //! server's `booted` call-home, sent once `kubeadm.service` ran, marks it
 //! provisioned; Cluster API finds the Nodes in the workload cluster
-//! itself, through the kubeconfig KCP made).
+//! itself, through the kubeconfig KCP made). CoreDNS's two replicas go
+//! Ready and answer for the `kubernetes` Service's name.
 //!
 //! The three VMs are declared with no class (Available); vm1 carries
 //! `role: control-plane`, vm2 and vm3 `role: worker`, and the two
@@ -35,7 +36,9 @@ mod common;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use common::capi_lab::{apply, declare_pool, get, list, node_ready, start_cluster_api};
+use common::capi_lab::{
+    apply, claim_of, cluster_initialized, declare_pool, get, list, node_ready, start_cluster_api,
+};
 use common::capi_objects::{INFRA, NS, condition, infra};
 use common::cluster_api::ClusterApi;
 use common::lab::{LAB_LOCK, Lab};
@@ -235,21 +238,14 @@ fn create_a_cluster_with_cluster_api() {
         Duration::from_secs(120),
         &lab,
         &capi,
-        || {
-            let c = get(&lab, "cluster.cluster.x-k8s.io", "c1");
-            (c["status"]["initialization"]["infrastructureProvisioned"] == true).then_some(())
-        },
+        || cluster_initialized(&lab, "c1", &["infrastructureProvisioned"]).then_some(()),
     );
     let cp = wait(
         "KCP's MetalherdMachine claims vm1",
         Duration::from_secs(300),
         &lab,
         &capi,
-        || {
-            list(&lab, "metalherdmachines")
-                .into_iter()
-                .find(|m| m["status"]["machineRef"]["name"] == "vm1")
-        },
+        || claim_of(&lab, "vm1"),
     );
     // KCP names its Machines (and their infrastructure) after itself.
     let owner = cp["metadata"]["ownerReferences"]
@@ -269,10 +265,7 @@ fn create_a_cluster_with_cluster_api() {
         NODE_READY_TIMEOUT,
         &lab,
         &capi,
-        || {
-            let c = get(&lab, "cluster.cluster.x-k8s.io", "c1");
-            (c["status"]["initialization"]["controlPlaneInitialized"] == true).then_some(())
-        },
+        || cluster_initialized(&lab, "c1", &["controlPlaneInitialized"]).then_some(()),
     );
     let secret = get(&lab, "secret", "c1-kubeconfig");
     let value = secret["data"]["value"].as_str().unwrap_or_else(|| {
@@ -389,6 +382,73 @@ fn create_a_cluster_with_cluster_api() {
                 .then_some(())
         },
     );
+
+    // The cluster's DNS works: CoreDNS's two replicas Ready (it forwards
+    // to the rack's resolver, which the nodes have, and reaches the API
+    // through its Service) and it answers for a Service's name.
+    wait(
+        "CoreDNS's two replicas Ready",
+        Duration::from_secs(900),
+        &lab,
+        &capi,
+        || {
+            let (_, out, _) = workload(
+                &lab,
+                &kubeconfig_path,
+                &[
+                    "get",
+                    "deployment",
+                    "coredns",
+                    "-n",
+                    "kube-system",
+                    "-o",
+                    "json",
+                ],
+            );
+            let d: Value = serde_json::from_str(&out).unwrap_or_default();
+            (d["status"]["readyReplicas"] == 2).then_some(())
+        },
+    );
+    let kubectl = common::control_plane::kube_bin("kubectl");
+    let mut forward = std::process::Command::new("ip");
+    forward
+        .args(["netns", "exec", &lab.ns])
+        .arg(&kubectl)
+        .args([
+            "--kubeconfig",
+            kubeconfig_path.to_str().unwrap(),
+            "-n",
+            "kube-system",
+            "port-forward",
+            "svc/kube-dns",
+            "15353:53",
+        ]);
+    let _forward = common::proc::ChildGuard::spawn(
+        "kubectl port-forward",
+        &mut forward,
+        &run.join("port-forward.log"),
+    );
+    let name = "kubernetes.default.svc.cluster.local";
+    let answer = wait(
+        "CoreDNS answers for kubernetes.default (through a port-forward)",
+        Duration::from_secs(120),
+        &lab,
+        &capi,
+        || common::dns_tcp::resolve_a(&lab.ns, 15353, name).ok(),
+    );
+    let (_, svc, _) = workload(
+        &lab,
+        &kubeconfig_path,
+        &[
+            "get",
+            "service",
+            "kubernetes",
+            "-o",
+            "jsonpath={.spec.clusterIP}",
+        ],
+    );
+    let want: std::net::Ipv4Addr = svc.trim().parse().unwrap();
+    assert_eq!(answer, [want], "{name}");
 
     eprintln!(
         "lab: Cluster applied to three Nodes Ready (claims, network boots, installs, kubeadm init on vm1, kubeadm join on vm2 and vm3) in {:.0} s; the whole story {:.0} s",

@@ -304,6 +304,17 @@ fn every_manifest_parses_and_the_crds_are_the_generated_ones() {
         file == text(&out).0,
         "deploy/kubernetes/crds.yaml is stale: regenerate it with\n  cargo run -q -- crds > deploy/kubernetes/crds.yaml"
     );
+    // The Cluster API provider's too.
+    let capi = std::process::Command::new(common::metalherd_bin())
+        .args(["crds", "--cluster-api"])
+        .output()
+        .unwrap();
+    let file =
+        std::fs::read_to_string(common::repo_root().join("deploy/cluster-api/crds.yaml")).unwrap();
+    assert!(
+        file == text(&capi).0,
+        "deploy/cluster-api/crds.yaml is stale: regenerate it with\n  cargo run -q -- crds --cluster-api > deploy/cluster-api/crds.yaml"
+    );
     // And what kustomize made of it, object for object.
     let want = docs(&text(&out).0);
     let got: Vec<&Value> = rendered

@@ -22,3 +22,41 @@ fn veth_pair_connects_two_namespaces() {
     .unwrap();
     assert!(!list.contains(&name), "namespace {name} left behind");
 }
+
+/// The DNS-over-TCP query the Cluster API story asks CoreDNS with reads a
+/// real resolver's answer (dnsmasq in a namespace), and its refusal.
+#[test]
+fn dns_over_tcp_reads_a_real_resolvers_answer() {
+    let ns = common::netns::Netns::new("mhdns");
+    let dnsmasq = common::require_tool("dnsmasq");
+    let log = std::env::temp_dir().join(format!("{}.log", ns.name));
+    let mut cmd = ns.command(dnsmasq.to_str().unwrap());
+    cmd.args([
+        "--keep-in-foreground",
+        "--no-resolv",
+        "--no-hosts",
+        "--conf-file=/dev/null",
+        "--listen-address=127.0.0.1",
+        "--bind-interfaces",
+        "--port=5353",
+        "--pid-file=",
+        "--address=/kubernetes.default.svc.cluster.local/10.96.0.1",
+    ]);
+    let _dnsmasq = common::proc::ChildGuard::spawn("dnsmasq", &mut cmd, &log);
+    let name = "kubernetes.default.svc.cluster.local";
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    let answer = loop {
+        match common::dns_tcp::resolve_a(&ns.name, 5353, name) {
+            Ok(a) => break a,
+            Err(e) if std::time::Instant::now() > deadline => panic!(
+                "{e}; dnsmasq: {}",
+                std::fs::read_to_string(&log).unwrap_or_default()
+            ),
+            Err(_) => std::thread::sleep(std::time::Duration::from_millis(200)),
+        }
+    };
+    assert_eq!(answer, [std::net::Ipv4Addr::new(10, 96, 0, 1)]);
+    // No upstream for other names: dnsmasq refuses (rcode 5).
+    let refused = common::dns_tcp::resolve_a(&ns.name, 5353, "example.test").unwrap_err();
+    assert_eq!(refused, "rcode 5", "{refused}");
+}

@@ -37,7 +37,9 @@ mod common;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use common::capi_lab::{apply, declare_pool, get, list, node_ready, start_cluster_api};
+use common::capi_lab::{
+    apply, claim_of, cluster_initialized, declare_pool, get, list, node_ready, start_cluster_api,
+};
 use common::capi_objects::{INFRA, NS, condition, infra};
 use common::lab::{LAB_LOCK, Lab, tail};
 use common::lab_nodes::NODE_READY_TIMEOUT;
@@ -217,10 +219,12 @@ fn join_a_cluster_api_worker_on_a_vm() {
         &lab,
         &capi,
         || {
-            let c = get(&lab, "cluster.cluster.x-k8s.io", "c1");
-            let i = &c["status"]["initialization"];
-            (i["infrastructureProvisioned"] == true && i["controlPlaneInitialized"] == true)
-                .then_some(())
+            cluster_initialized(
+                &lab,
+                "c1",
+                &["infrastructureProvisioned", "controlPlaneInitialized"],
+            )
+            .then_some(())
         },
     );
     let mm = wait(
@@ -228,11 +232,7 @@ fn join_a_cluster_api_worker_on_a_vm() {
         Duration::from_secs(180),
         &lab,
         &capi,
-        || {
-            list(&lab, "metalherdmachines")
-                .into_iter()
-                .find(|m| m["status"]["machineRef"]["name"] == "vm1")
-        },
+        || claim_of(&lab, "vm1"),
     );
     let provider_id = format!("metalherd://{NS}/vm1");
     assert_eq!(mm["spec"]["providerID"], provider_id.as_str(), "{mm:#}");

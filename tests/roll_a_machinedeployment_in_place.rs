@@ -28,8 +28,6 @@ use std::time::{Duration, Instant};
 use common::capi_objects::{apply_in, get_in, list_in, metalherd_cluster_in, wait};
 use common::cluster_api::ClusterApi;
 use common::control_plane::ControlPlane;
-use common::rack::controller_config;
-use common::server::Server;
 use common::sim_rack::{SimRack, bmc_credentials};
 use serde_json::{Value, json};
 
@@ -123,23 +121,7 @@ fn roll_a_machinedeployment_in_place() {
         65,
         &format!("http://127.0.0.1:{boot_port}"),
     ));
-    let config = controller_config(
-        "  clusterApi: true\n",
-        &format!(
-            "boot:\n  listen: 127.0.0.1:{boot_port}\n  assetsDir: {}\n  waitSeconds: 1\n",
-            dir.path().join("assets").display()
-        ),
-    );
-    let kc = cp.metalherd_kubeconfig();
-    let mh = Server::start_with_args(
-        Some(&config),
-        &[
-            "--store",
-            "kubernetes",
-            "--kubeconfig",
-            kc.to_str().unwrap(),
-        ],
-    );
+    let mh = common::capi_objects::provider_metalherd(&cp, boot_port, &dir.path().join("assets"));
     let logs = || {
         let (_, nodes, _) = cp.kubectl(&["get", "nodes", "-o", "wide"]);
         let machines: Vec<String> = list_in(&cp, NS, "machines.cluster.x-k8s.io", "")

@@ -476,7 +476,9 @@ YAML
   if [ "${LAB_IPV6:-}" = 1 ]; then
     echo "  network: {address: \"fd00:89::$((10 + i))/64\", hostname: vm$i}"
   else
-    echo "  network: {address: 10.89.0.$((10 + i))/24, gateway: 10.89.0.1, hostname: vm$i}"
+    # The resolver the lab's DHCP names too: a node with none falls back
+    # to loopback, where a cluster's CoreDNS then forwards to itself.
+    echo "  network: {address: 10.89.0.$((10 + i))/24, gateway: 10.89.0.1, dns: [10.89.0.1], hostname: vm$i}"
   fi
   [ -z "$class" ] || echo "  classRef: {name: $class}"
   local hints secure
@@ -707,7 +709,7 @@ spec:
   - path: /etc/cni/net.d/10-lab.conflist
     contents: |
       {"cniVersion": "1.0.0", "name": "lab", "plugins": [
-        {"type": "bridge", "bridge": "cni0", "isGateway": true, "ipMasq": false,
+        {"type": "bridge", "bridge": "cni0", "isDefaultGateway": true, "ipMasq": true,
          "ipam": {"type": "host-local", "ranges": [[{"subnet": "10.244.0.0/24"}]]}}]}
 ${LAB_NODE_CLASS_EXTRA:-}
 YAML

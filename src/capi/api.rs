@@ -1,7 +1,8 @@
 //! The Cluster API infrastructure provider's objects, group
 //! `infrastructure.cluster.x-k8s.io`, version `v1alpha1`, implementing the
 //! v1beta2 provider contract: `MetalherdCluster` (the InfraCluster),
-//! `MetalherdMachine` (the InfraMachine) and `MetalherdMachineTemplate`.
+//! `MetalherdMachine` (the InfraMachine), `MetalherdMachineTemplate` and
+//! `MetalherdClusterTemplate` (the InfraClusterTemplate, for ClusterClass).
 //! Pure data: no I/O here.
 
 // kube-derive's repeated `printcolumn(type_ = ...)` trips this lint by design.
@@ -132,6 +133,41 @@ pub struct MetalherdClusterSpec {
     /// metalherd runs no load balancer.
     #[serde(default)]
     pub control_plane_endpoint: ApiEndpoint,
+}
+
+/// The template a ClusterClass stamps MetalherdClusters from (its
+/// `spec.infrastructure.templateRef`). metalherd does not reconcile it:
+/// Cluster API's topology controller copies `spec.template.spec` into each
+/// Cluster's MetalherdCluster, after the class's patches (the endpoint,
+/// typically, from a variable).
+#[derive(CustomResource, Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[kube(
+    group = "infrastructure.cluster.x-k8s.io",
+    version = "v1alpha1",
+    kind = "MetalherdClusterTemplate",
+    namespaced,
+    category = "cluster-api",
+    derive = "PartialEq",
+    derive = "Default",
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    )
+)]
+#[serde(rename_all = "camelCase")]
+pub struct MetalherdClusterTemplateSpec {
+    pub template: MetalherdClusterTemplateResource,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct MetalherdClusterTemplateResource {
+    /// Labels and annotations copied onto each MetalherdCluster.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub metadata: Option<TemplateMeta>,
+    #[serde(default)]
+    pub spec: MetalherdClusterSpec,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -290,6 +326,7 @@ pub fn crds()
         MetalherdCluster::crd(),
         MetalherdMachine::crd(),
         MetalherdMachineTemplate::crd(),
+        MetalherdClusterTemplate::crd(),
     ];
     for crd in &mut out {
         let labels = crd.metadata.labels.get_or_insert_with(BTreeMap::new);
@@ -332,7 +369,7 @@ mod tests {
     #[test]
     fn crds_carry_the_contract_label_and_the_spec_shape() {
         let crds = crds();
-        assert_eq!(crds.len(), 3);
+        assert_eq!(crds.len(), 4);
         for crd in &crds {
             let labels = crd.metadata.labels.clone().unwrap_or_default();
             assert_eq!(

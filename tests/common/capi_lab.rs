@@ -19,10 +19,11 @@ use super::proc::{ChildGuard, wait_for};
 pub const LEADING: &str = "leading: starting the boot services and controllers";
 
 /// The provider's CRDs.
-const PROVIDER_CRDS: [&str; 3] = [
+const PROVIDER_CRDS: [&str; 4] = [
     "crd/metalherdmachines.infrastructure.cluster.x-k8s.io",
     "crd/metalherdclusters.infrastructure.cluster.x-k8s.io",
     "crd/metalherdmachinetemplates.infrastructure.cluster.x-k8s.io",
+    "crd/metalherdclustertemplates.infrastructure.cluster.x-k8s.io",
 ];
 
 /// Cluster API's managers with `format: ignition` allowed, and metalherd's
@@ -81,30 +82,7 @@ pub fn metalherd(lab: &Lab, config: &Path) -> ChildGuard {
 /// MetalherdMachineTemplates select by label), applied; `labels` adds
 /// labels to a Machine by name (`("vm1", "role: control-plane")`).
 pub fn declare_pool(lab: &Lab, labels: &[(&str, &str)]) {
-    lab.write_manifests(&[]);
-    let machines = lab.run.join("machines.yaml");
-    let pool: String = std::fs::read_to_string(&machines)
-        .unwrap()
-        .lines()
-        .filter(|l| !l.trim_start().starts_with("classRef:"))
-        .map(|l| {
-            let mut l = l.to_string();
-            for (name, label) in labels {
-                let from = format!("{{name: {name}, namespace: default, labels: {{rack: lab}}}}");
-                let to =
-                    format!("{{name: {name}, namespace: default, labels: {{rack: lab, {label}}}}}");
-                l = l.replace(&from, &to);
-            }
-            l + "\n"
-        })
-        .collect();
-    for (name, label) in labels {
-        assert!(
-            pool.contains(&format!("{{rack: lab, {label}}}")),
-            "{name} not labelled in:\n{pool}"
-        );
-    }
-    std::fs::write(&machines, pool).unwrap();
+    lab.write_pool(&[], labels);
     for f in ["class.yaml", "machines.yaml"] {
         let (ok, out, err) = lab.kubectl(&["apply", "-f", &lab.run.join(f).to_string_lossy()]);
         assert!(ok, "kubectl apply -f {f}: {out}{err}");
@@ -137,6 +115,23 @@ pub fn list(lab: &Lab, resource: &str) -> Vec<Value> {
         .filter(|_| ok)
         .unwrap_or_default();
     v["items"].as_array().cloned().unwrap_or_default()
+}
+
+/// The MetalherdMachine that claimed `server` (its `status.machineRef`),
+/// if one has.
+pub fn claim_of(lab: &Lab, server: &str) -> Option<Value> {
+    list(lab, "metalherdmachines")
+        .into_iter()
+        .find(|m| m["status"]["machineRef"]["name"] == server)
+}
+
+/// Whether Cluster `cluster`'s `status.initialization` has every one of
+/// `fields` true (`infrastructureProvisioned`, `controlPlaneInitialized`).
+pub fn cluster_initialized(lab: &Lab, cluster: &str, fields: &[&str]) -> bool {
+    let c = get(lab, "cluster.cluster.x-k8s.io", cluster);
+    fields
+        .iter()
+        .all(|f| c["status"]["initialization"][*f] == true)
 }
 
 /// Whether a Node (as JSON) has Ready=True.

@@ -201,7 +201,57 @@ pub fn install_provider(cp: &ControlPlane) {
         "crd/metalherdmachines.infrastructure.cluster.x-k8s.io",
         "crd/metalherdclusters.infrastructure.cluster.x-k8s.io",
         "crd/metalherdmachinetemplates.infrastructure.cluster.x-k8s.io",
+        "crd/metalherdclustertemplates.infrastructure.cluster.x-k8s.io",
     ]);
     assert!(ok, "{err}");
     install_external_control_plane_crd(cp);
+}
+
+/// The simulated rack's `flatcar` class (boot files under `dir`) whose
+/// kubelet and kubeadm come from a loopback file server, pinned by sha512
+/// (the node config's Ignition fetches them).
+pub fn class_with_served_binaries(dir: &std::path::Path) -> Value {
+    const BINARIES: [(&str, &[u8]); 2] = [
+        ("kubelet", b"#!/bin/sh\necho kubelet\n"),
+        ("kubeadm", b"#!/bin/sh\necho kubeadm\n"),
+    ];
+    let files = serve_files(&BINARIES);
+    let mut class = super::rack::flatcar_class(dir);
+    for (name, body) in BINARIES {
+        use sha2::Digest;
+        let hex: String = sha2::Sha512::digest(body)
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect();
+        class["spec"]["kubernetes"][name] =
+            json!({"url": format!("http://{files}/{name}"), "sha512": hex});
+    }
+    class
+}
+
+/// metalherd as the provider: `serve --store kubernetes` against `cp` with
+/// `controller.clusterApi: true`, its boot server on 127.0.0.1:`boot_port`
+/// serving `assets` (the simulated rack boots from it).
+pub fn provider_metalherd(
+    cp: &ControlPlane,
+    boot_port: u16,
+    assets: &std::path::Path,
+) -> super::server::Server {
+    let config = super::rack::controller_config(
+        "  clusterApi: true\n",
+        &format!(
+            "boot:\n  listen: 127.0.0.1:{boot_port}\n  assetsDir: {}\n  waitSeconds: 1\n",
+            assets.display()
+        ),
+    );
+    let kc = cp.metalherd_kubeconfig();
+    super::server::Server::start_with_args(
+        Some(&config),
+        &[
+            "--store",
+            "kubernetes",
+            "--kubeconfig",
+            kc.to_str().unwrap(),
+        ],
+    )
 }

@@ -379,16 +379,8 @@ impl Lab {
     /// at Available, a pool for a MachineSet to claim (its selector:
     /// `rack: lab`).
     pub fn declare_pool(&self, env: &[(&str, &str)]) {
-        self.write_manifests(env);
+        self.write_pool(env, &[]);
         let r = self.run.display();
-        let machines = self.run.join("machines.yaml");
-        let pool: String = std::fs::read_to_string(&machines)
-            .expect("machines.yaml")
-            .lines()
-            .filter(|l| !l.trim_start().starts_with("classRef:"))
-            .map(|l| format!("{l}\n"))
-            .collect();
-        std::fs::write(&machines, pool).expect("write machines.yaml");
         self.cli_ok(&["apply", "-f", &format!("{r}/class.yaml")]);
         self.cli_ok(&["apply", "-f", &format!("{r}/machines.yaml")]);
     }

@@ -13,12 +13,12 @@ use super::lab::{Lab, lab_sh, mac, tail};
 /// emulation (live boot, install, first boot, kubeadm join).
 pub const NODE_READY_TIMEOUT: Duration = Duration::from_secs(2400);
 
-/// The node image's directory: METALHERD_NODE_IMAGE (an image directory
-/// built earlier, its README), otherwise deploy/node-image/build's output,
-/// which it returns at once from its cache when the inputs did not change.
 /// vCPUs of VM 1 when set ([`Lab::up_nodes_control_plane_first`]).
 static FIRST_VM_CPUS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
 
+/// The node image's directory: METALHERD_NODE_IMAGE (an image directory
+/// built earlier, its README), otherwise deploy/node-image/build's output,
+/// which it returns at once from its cache when the inputs did not change.
 pub fn node_image() -> std::path::PathBuf {
     let image = match std::env::var("METALHERD_NODE_IMAGE") {
         Ok(dir) => dir,
@@ -159,6 +159,40 @@ impl Lab {
     /// VM `i`'s decoy disk ([`Lab::up_nodes_with_decoy`]).
     pub fn decoy(&self, i: usize) -> std::path::PathBuf {
         self.run.join(format!("vm{i}-decoy.img"))
+    }
+
+    /// Write the lab's manifests (`env` as for `write_manifests`) with
+    /// every Machine's `classRef` taken out, so each stops at Available:
+    /// a pool for a MachineSet or Cluster API to claim (selector `rack:
+    /// lab`). `labels` adds a label to a Machine by name (`("vm1", "role:
+    /// control-plane")`). The caller applies class.yaml and machines.yaml.
+    pub fn write_pool(&self, env: &[(&str, &str)], labels: &[(&str, &str)]) {
+        self.write_manifests(env);
+        let machines = self.run.join("machines.yaml");
+        let pool: String = std::fs::read_to_string(&machines)
+            .expect("machines.yaml")
+            .lines()
+            .filter(|l| !l.trim_start().starts_with("classRef:"))
+            .map(|l| {
+                let mut l = l.to_string();
+                for (name, label) in labels {
+                    let from =
+                        format!("{{name: {name}, namespace: default, labels: {{rack: lab}}}}");
+                    let to = format!(
+                        "{{name: {name}, namespace: default, labels: {{rack: lab, {label}}}}}"
+                    );
+                    l = l.replace(&from, &to);
+                }
+                l + "\n"
+            })
+            .collect();
+        for (name, label) in labels {
+            assert!(
+                pool.contains(&format!("{{rack: lab, {label}}}")),
+                "{name} not labelled in:\n{pool}"
+            );
+        }
+        std::fs::write(&machines, pool).expect("write machines.yaml");
     }
 
     /// Seconds since the lab's Machines were last declared.

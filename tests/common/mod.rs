@@ -15,6 +15,7 @@ pub mod deploy;
 pub mod dhcp6;
 pub mod dhcp_clients;
 pub mod dhcp_serve;
+pub mod dns_tcp;
 pub mod failover;
 pub mod ignition;
 pub mod initramfs;
