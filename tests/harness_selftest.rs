@@ -29,7 +29,8 @@ fn veth_pair_connects_two_namespaces() {
 fn dns_over_tcp_reads_a_real_resolvers_answer() {
     let ns = common::netns::Netns::new("mhdns");
     let dnsmasq = common::require_tool("dnsmasq");
-    let log = std::env::temp_dir().join(format!("{}.log", ns.name));
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("dnsmasq.log");
     let mut cmd = ns.command(dnsmasq.to_str().unwrap());
     cmd.args([
         "--keep-in-foreground",
