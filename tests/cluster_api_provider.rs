@@ -39,7 +39,9 @@ use common::server::Server;
 use common::sim_rack::{SimRack, bmc_credentials};
 use serde_json::json;
 
-use common::capi_objects::{NS, apply, condition, get, infra, list, metalherd_cluster, template};
+use common::capi_objects::{
+    NS, apply, condition, get, infra, kubeadm_machine_deployment, list, metalherd_cluster, template,
+};
 
 /// Wait until `f` holds, with the managers' and metalherd's logs on failure.
 fn wait<T>(
@@ -126,13 +128,7 @@ fn control_plane_story(cp: &ControlPlane, capi: &ClusterApi, mh: &Server, rack: 
                     "clusterNetwork": {"pods": {"cidrBlocks": ["10.244.0.0/16"]}, "services": {"cidrBlocks": ["10.96.0.0/24"]}},
                     "infrastructureRef": infra("MetalherdCluster", "c1"),
                     "controlPlaneRef": {"apiGroup": "controlplane.cluster.x-k8s.io", "kind": "KubeadmControlPlane", "name": "c1-cp"}}}),
-            json!({"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "MachineDeployment",
-                "metadata": {"name": "c1-md", "namespace": NS},
-                "spec": {"clusterName": "c1", "replicas": 2,
-                    "selector": {"matchLabels": {"md": "c1-md"}},
-                    "template": {"metadata": {"labels": {"md": "c1-md"}}, "spec": {"clusterName": "c1", "version": "v1.34.4",
-                        "bootstrap": {"configRef": {"apiGroup": "bootstrap.cluster.x-k8s.io", "kind": "KubeadmConfigTemplate", "name": "c1-md"}},
-                        "infrastructureRef": infra("MetalherdMachineTemplate", "c1-md")}}}}),
+            kubeadm_machine_deployment("c1", 2, "v1.34.4"),
         ],
     );
 

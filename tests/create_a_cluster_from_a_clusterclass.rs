@@ -26,7 +26,7 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::capi_objects::{
-    INFRA, NS, apply, condition, get, list, provider_metalherd, template, wait as poll,
+    INFRA, NS, apply, condition, get, list, provider_metalherd, template, try_apply, wait as poll,
 };
 use common::cluster_api::ClusterApi;
 use common::control_plane::ControlPlane;
@@ -135,7 +135,13 @@ fn create_a_cluster_from_a_clusterclass() {
         "the Cluster admitted",
         Duration::from_secs(60),
         &logs,
-        || apply_once(&cp, &cluster(&endpoint)),
+        || {
+            try_apply(&cp, &[cluster(&endpoint)])
+                .inspect_err(|e| {
+                    eprintln!("cluster class: apply refused (tried again): {}", e.trim())
+                })
+                .ok()
+        },
     );
 
     // The topology controller stamps the MetalherdCluster from metalherd's
@@ -180,18 +186,6 @@ fn create_a_cluster_from_a_clusterclass() {
     worker_waits(&cp, &logs);
     drop(mh);
     drop(rack);
-}
-
-/// `kubectl apply` of one object; whether it was admitted.
-fn apply_once(cp: &ControlPlane, doc: &Value) -> Option<()> {
-    let dir = tempfile::tempdir().unwrap();
-    let f = dir.path().join("object.json");
-    std::fs::write(&f, doc.to_string()).unwrap();
-    let (ok, _, err) = cp.kubectl(&["apply", "-f", f.to_str().unwrap()]);
-    if !ok {
-        eprintln!("cluster class: apply refused (tried again): {}", err.trim());
-    }
-    ok.then_some(())
 }
 
 /// The control plane's MetalherdMachine claims the `cp` server, which

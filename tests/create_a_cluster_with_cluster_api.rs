@@ -39,7 +39,7 @@ use std::time::{Duration, Instant};
 use common::capi_lab::{
     apply, claim_of, cluster_initialized, declare_pool, get, list, node_ready, start_cluster_api,
 };
-use common::capi_objects::{INFRA, NS, condition, infra};
+use common::capi_objects::{INFRA, NS, condition, infra, kubeadm_machine_deployment};
 use common::cluster_api::ClusterApi;
 use common::lab::{LAB_LOCK, Lab};
 use common::lab_nodes::NODE_READY_TIMEOUT;
@@ -170,13 +170,7 @@ fn cluster_objects() -> Vec<Value> {
                 "infrastructureRef": infra("MetalherdCluster", "c1"),
                 "controlPlaneRef": {"apiGroup": "controlplane.cluster.x-k8s.io",
                     "kind": "KubeadmControlPlane", "name": "c1-cp"}}}),
-        json!({"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "MachineDeployment",
-            "metadata": {"name": "c1-md", "namespace": NS},
-            "spec": {"clusterName": "c1", "replicas": 2,
-                "selector": {"matchLabels": {"md": "c1-md"}},
-                "template": {"metadata": {"labels": {"md": "c1-md"}}, "spec": {"clusterName": "c1", "version": VERSION,
-                    "bootstrap": {"configRef": {"apiGroup": "bootstrap.cluster.x-k8s.io", "kind": "KubeadmConfigTemplate", "name": "c1-md"}},
-                    "infrastructureRef": infra("MetalherdMachineTemplate", "c1-md")}}}}),
+        kubeadm_machine_deployment("c1", 2, VERSION),
     ]
 }
 

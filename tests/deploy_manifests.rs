@@ -293,30 +293,31 @@ fn every_manifest_parses_and_the_crds_are_the_generated_ones() {
             );
         }
     }
-    // The CRDs: the generated file is exactly what `metalherd crds` prints.
-    let out = std::process::Command::new(common::metalherd_bin())
-        .arg("crds")
-        .output()
-        .unwrap();
-    let file =
-        std::fs::read_to_string(common::repo_root().join("deploy/kubernetes/crds.yaml")).unwrap();
-    assert!(
-        file == text(&out).0,
-        "deploy/kubernetes/crds.yaml is stale: regenerate it with\n  cargo run -q -- crds > deploy/kubernetes/crds.yaml"
-    );
-    // The Cluster API provider's too.
-    let capi = std::process::Command::new(common::metalherd_bin())
-        .args(["crds", "--cluster-api"])
-        .output()
-        .unwrap();
-    let file =
-        std::fs::read_to_string(common::repo_root().join("deploy/cluster-api/crds.yaml")).unwrap();
-    assert!(
-        file == text(&capi).0,
-        "deploy/cluster-api/crds.yaml is stale: regenerate it with\n  cargo run -q -- crds --cluster-api > deploy/cluster-api/crds.yaml"
-    );
+    // The CRDs: each generated file is exactly what `metalherd crds` prints.
+    let print = |args: &[&str]| {
+        let out = std::process::Command::new(common::metalherd_bin())
+            .args(args)
+            .output()
+            .unwrap();
+        text(&out).0
+    };
+    let crds = print(&["crds"]);
+    for (printed, args, path) in [
+        (crds.clone(), "crds", "deploy/kubernetes/crds.yaml"),
+        (
+            print(&["crds", "--cluster-api"]),
+            "crds --cluster-api",
+            "deploy/cluster-api/crds.yaml",
+        ),
+    ] {
+        let file = std::fs::read_to_string(common::repo_root().join(path)).unwrap();
+        assert!(
+            file == printed,
+            "{path} is stale: regenerate it with\n  cargo run -q -- {args} > {path}"
+        );
+    }
     // And what kustomize made of it, object for object.
-    let want = docs(&text(&out).0);
+    let want = docs(&crds);
     let got: Vec<&Value> = rendered
         .iter()
         .filter(|d| d["kind"] == "CustomResourceDefinition")

@@ -40,7 +40,7 @@ use std::time::{Duration, Instant};
 use common::capi_lab::{
     apply, claim_of, cluster_initialized, declare_pool, get, list, node_ready, start_cluster_api,
 };
-use common::capi_objects::{INFRA, NS, condition, infra};
+use common::capi_objects::{INFRA, NS, condition, infra, kubeadm_machine_deployment};
 use common::lab::{LAB_LOCK, Lab, tail};
 use common::lab_nodes::NODE_READY_TIMEOUT;
 use serde_json::{Value, json};
@@ -203,13 +203,7 @@ fn join_a_cluster_api_worker_on_a_vm() {
                         "services": {"cidrBlocks": ["10.96.0.0/24"]}, "serviceDomain": "cluster.local"},
                     "infrastructureRef": infra("MetalherdCluster", "c1"),
                     "controlPlaneRef": {"apiGroup": LAB_CP, "kind": "LabControlPlane", "name": "c1-cp"}}}),
-            json!({"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "MachineDeployment",
-                "metadata": {"name": "c1-md", "namespace": NS},
-                "spec": {"clusterName": "c1", "replicas": 1,
-                    "selector": {"matchLabels": {"md": "c1-md"}},
-                    "template": {"metadata": {"labels": {"md": "c1-md"}}, "spec": {"clusterName": "c1", "version": "v1.34.4",
-                        "bootstrap": {"configRef": {"apiGroup": "bootstrap.cluster.x-k8s.io", "kind": "KubeadmConfigTemplate", "name": "c1-md"}},
-                        "infrastructureRef": infra("MetalherdMachineTemplate", "c1-md")}}}}),
+            kubeadm_machine_deployment("c1", 1, "v1.34.4"),
         ],
     );
 

@@ -17,12 +17,38 @@ pub fn apply(cp: &ControlPlane, docs: &[Value]) {
 
 /// `kubectl apply` of objects (their namespaces are their own).
 pub fn apply_in(cp: &ControlPlane, docs: &[Value]) {
+    if let Err(e) = try_apply(cp, docs) {
+        panic!("kubectl apply: {e}");
+    }
+}
+
+/// `kubectl apply` of objects; `Err` carries kubectl's output when the
+/// API server refused them.
+pub fn try_apply(cp: &ControlPlane, docs: &[Value]) -> Result<(), String> {
     let dir = tempfile::tempdir().unwrap();
     let f = dir.path().join("objects.json");
     let list = json!({"apiVersion": "v1", "kind": "List", "items": docs});
     std::fs::write(&f, list.to_string()).unwrap();
     let (ok, out, err) = cp.kubectl(&["apply", "-f", f.to_str().unwrap()]);
-    assert!(ok, "kubectl apply: {out}{err}");
+    if ok {
+        Ok(())
+    } else {
+        Err(format!("{out}{err}"))
+    }
+}
+
+/// Cluster `cluster`'s MachineDeployment `<cluster>-md` of `replicas` at
+/// `version`: bootstrap from the KubeadmConfigTemplate `<cluster>-md`,
+/// machines from the MetalherdMachineTemplate `<cluster>-md`.
+pub fn kubeadm_machine_deployment(cluster: &str, replicas: u32, version: &str) -> Value {
+    let md = format!("{cluster}-md");
+    json!({"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "MachineDeployment",
+        "metadata": {"name": md, "namespace": NS},
+        "spec": {"clusterName": cluster, "replicas": replicas,
+            "selector": {"matchLabels": {"md": md}},
+            "template": {"metadata": {"labels": {"md": md}}, "spec": {"clusterName": cluster, "version": version,
+                "bootstrap": {"configRef": {"apiGroup": "bootstrap.cluster.x-k8s.io", "kind": "KubeadmConfigTemplate", "name": md}},
+                "infrastructureRef": infra("MetalherdMachineTemplate", &md)}}}})
 }
 
 pub fn get(cp: &ControlPlane, resource: &str, name: &str) -> Value {
