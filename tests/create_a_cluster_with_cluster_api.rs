@@ -33,11 +33,12 @@
 
 mod common;
 
-use std::path::Path;
 use std::time::{Duration, Instant};
 
 use common::capi_lab::{
-    apply, claim_of, cluster_initialized, declare_pool, get, list, node_ready, start_cluster_api,
+    apply, claim_of, cluster_initialized, declare_pool, emulated_kubeadm_config_spec, get, list,
+    metalherd_without_target, node_ready, start_cluster_api, workload, workload_kubeconfig,
+    workload_list,
 };
 use common::capi_objects::{INFRA, NS, condition, infra, kubeadm_machine_deployment};
 use common::cluster_api::ClusterApi;
@@ -61,69 +62,14 @@ fn wait<T>(
     common::capi_lab::wait(what, timeout, lab, capi, NODES.len(), f)
 }
 
-/// `kubectl` against the workload cluster, from inside the rack.
-fn workload(lab: &Lab, kubeconfig: &Path, args: &[&str]) -> (bool, String, String) {
-    let kubectl = common::control_plane::kube_bin("kubectl");
-    let mut all = vec!["--kubeconfig", kubeconfig.to_str().unwrap()];
-    all.extend(args);
-    let out = lab.cmd_in_ns(kubectl.to_str().unwrap(), &all);
-    (
-        out.status.success(),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
-
-fn workload_list(lab: &Lab, kubeconfig: &Path, args: &[&str]) -> Vec<Value> {
-    let mut all = vec!["get"];
-    all.extend(args);
-    all.extend(["-o", "json"]);
-    let (ok, out, _) = workload(lab, kubeconfig, &all);
-    let v: Value = serde_json::from_str(&out)
-        .ok()
-        .filter(|_| ok)
-        .unwrap_or_default();
-    v["items"].as_array().cloned().unwrap_or_default()
-}
-
 /// The objects a Cluster API user applies: the cluster, its control plane
 /// of one (KubeadmControlPlane) and its workers (a MachineDeployment of
 /// two), each on a MetalherdMachineTemplate selecting by role.
 fn cluster_objects() -> Vec<Value> {
-    let cri = "unix:///run/containerd/containerd.sock";
-    // An emulated VM with one vCPU starts etcd and kube-apiserver in
-    // minutes, not seconds.
-    let timeouts = json!({"controlPlaneComponentHealthCheckSeconds": 1200,
-        "kubeletHealthCheckSeconds": 600, "kubernetesAPICallSeconds": 300,
-        "tlsBootstrapSeconds": 1200, "discoverySeconds": 1200});
-    // Its kube-apiserver answers slowly while the workers install beside
-    // it: with the default 10 s renew deadline (5 s per request) the
-    // controller manager loses its lease over and over and its CSR
-    // approver, which lets the workers' kubelets in, never runs for long.
-    let leases = json!([
-        {"name": "leader-elect-lease-duration", "value": "120s"},
-        {"name": "leader-elect-renew-deadline", "value": "90s"}]);
-    // kube-apiserver's health checks give etcd 2 s by default: failed
-    // livez checks had the kubelet restart it in the middle of kubeadm
-    // init's last phases. kubeadm patches (its `patches.directory`) give
-    // the static pods' probes more patience on the same grounds.
-    let etcd_checks = json!([
-        {"name": "etcd-healthcheck-timeout", "value": "30s"},
-        {"name": "etcd-readycheck-timeout", "value": "30s"}]);
-    let patches = "/etc/kubernetes/patches";
-    let patient = |container: &str| {
-        json!({"path": format!("{patches}/{container}+strategic.yaml"), "owner": "root:root",
-            "permissions": "0644",
-            "content": format!("spec:\n  containers:\n  - name: {container}\n    livenessProbe: {{failureThreshold: 120, timeoutSeconds: 60}}\n    startupProbe: {{failureThreshold: 120, timeoutSeconds: 60}}\n")})
-    };
-    let files: Vec<Value> = [
-        "kube-apiserver",
-        "etcd",
-        "kube-controller-manager",
-        "kube-scheduler",
-    ]
-    .map(patient)
-    .into();
+    // The workers' join has the control plane's patience, without its
+    // patches (those are the control plane's static pods').
+    let mut join = emulated_kubeadm_config_spec()["joinConfiguration"].take();
+    join.as_object_mut().unwrap().remove("patches");
     let server_template = |name: &str, role: &str| {
         json!({"apiVersion": format!("{INFRA}/v1alpha1"), "kind": "MetalherdMachineTemplate",
             "metadata": {"name": name, "namespace": NS},
@@ -142,26 +88,11 @@ fn cluster_objects() -> Vec<Value> {
             "spec": {"replicas": 1, "version": VERSION,
                 "machineTemplate": {"spec": {
                     "infrastructureRef": infra("MetalherdMachineTemplate", "c1-cp")}},
-                "kubeadmConfigSpec": {"format": "ignition",
-                    "files": files,
-                    "clusterConfiguration": {
-                        "apiServer": {"extraArgs": etcd_checks},
-                        "controllerManager": {"extraArgs": leases.clone()},
-                        "scheduler": {"extraArgs": leases}},
-                    "initConfiguration": {
-                        "nodeRegistration": {"criSocket": cri},
-                        "patches": {"directory": patches},
-                        "timeouts": timeouts},
-                    // KCP wants the control-plane timeout the same in both.
-                    "joinConfiguration": {
-                        "nodeRegistration": {"criSocket": cri},
-                        "patches": {"directory": patches},
-                        "timeouts": timeouts}}}}),
+                "kubeadmConfigSpec": emulated_kubeadm_config_spec()}}),
         json!({"apiVersion": "bootstrap.cluster.x-k8s.io/v1beta2", "kind": "KubeadmConfigTemplate",
             "metadata": {"name": "c1-md", "namespace": NS},
             "spec": {"template": {"spec": {"format": "ignition",
-                "joinConfiguration": {"nodeRegistration": {"criSocket": cri},
-                    "timeouts": timeouts}}}}}),
+                "joinConfiguration": join}}}}),
         json!({"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster",
             "metadata": {"name": "c1", "namespace": NS},
             "spec": {
@@ -179,7 +110,6 @@ fn create_a_cluster_with_cluster_api() {
     let _guard = LAB_LOCK.lock().unwrap_or_else(|e| e.into_inner());
     let t_lab = Instant::now();
     let mut lab = Lab::up_nodes_control_plane_first(NODES.len());
-    lab.kill_metalherd();
     let run = lab.run.clone();
     eprintln!(
         "lab: rack of {}, kube-apiserver and mirror up in {:?}",
@@ -188,21 +118,7 @@ fn create_a_cluster_with_cluster_api() {
     );
     let capi = start_cluster_api(&lab, &[]);
 
-    // metalherd with the provider on and no target cluster: the lab's
-    // config without its controller's kubeconfig (the lab's own cluster).
-    let config = run.join("config.yaml");
-    let mut yaml: serde_yaml::Value =
-        serde_yaml::from_str(&std::fs::read_to_string(&config).unwrap()).unwrap();
-    let removed = yaml["controller"]
-        .as_mapping_mut()
-        .and_then(|m| m.remove("kubeconfig"));
-    assert!(
-        removed.is_some(),
-        "the lab's config named no target cluster"
-    );
-    std::fs::write(&config, serde_yaml::to_string(&yaml).unwrap()).unwrap();
-    lab.merge_config("controller: {clusterApi: true}");
-    let _metalherd = common::capi_lab::metalherd(&lab, &config);
+    let _metalherd = metalherd_without_target(&mut lab);
 
     declare_pool(
         &lab,
@@ -261,20 +177,7 @@ fn create_a_cluster_with_cluster_api() {
         &capi,
         || cluster_initialized(&lab, "c1", &["controlPlaneInitialized"]).then_some(()),
     );
-    let secret = get(&lab, "secret", "c1-kubeconfig");
-    let value = secret["data"]["value"].as_str().unwrap_or_else(|| {
-        panic!("no kubeconfig in c1-kubeconfig: {secret:#}");
-    });
-    use base64::Engine;
-    let kubeconfig = base64::engine::general_purpose::STANDARD
-        .decode(value)
-        .unwrap();
-    assert!(
-        String::from_utf8_lossy(&kubeconfig).contains(&format!("https://{ENDPOINT}:6443")),
-        "the workload kubeconfig's server is not vm1"
-    );
-    let kubeconfig_path = run.join("c1.kubeconfig");
-    std::fs::write(&kubeconfig_path, &kubeconfig).unwrap();
+    let kubeconfig_path = workload_kubeconfig(&lab, "c1", &format!("https://{ENDPOINT}:6443"));
 
     // The workers join the new control plane; three Ready nodes.
     let nodes = wait(

@@ -61,3 +61,62 @@ fn dns_over_tcp_reads_a_real_resolvers_answer() {
     let refused = common::dns_tcp::resolve_a(&ns.name, 5353, "example.test").unwrap_err();
     assert_eq!(refused, "rcode 5", "{refused}");
 }
+
+/// The control-plane balancer the highly available story puts in front of
+/// its servers passes every connection to a backend that answers, past
+/// one that refuses (nginx's stream module, in a namespace).
+#[test]
+fn balancer_skips_a_backend_that_refuses() {
+    let ns = common::netns::Netns::new("mhlb");
+    let dir = tempfile::tempdir().unwrap();
+    let mut http = ns.command("python3");
+    http.args(["-m", "http.server", "17002", "--bind", "127.0.0.1"])
+        .current_dir(dir.path());
+    let _http = common::proc::ChildGuard::spawn(
+        "python3 http.server",
+        &mut http,
+        &dir.path().join("http.log"),
+    );
+    let lb_dir = dir.path().join("balancer");
+    let _lb = common::balancer::start(
+        &ns.name,
+        &lb_dir,
+        "127.0.0.1:17443",
+        &["127.0.0.1:17001".to_string(), "127.0.0.1:17002".to_string()],
+    );
+    let curl = |url: &str| {
+        let out = ns
+            .command("curl")
+            .args([
+                "-s",
+                "-o",
+                "/dev/null",
+                "-w",
+                "%{http_code}",
+                "--max-time",
+                "5",
+                url,
+            ])
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    // The backend may take a moment to listen.
+    common::proc::wait_for(std::time::Duration::from_secs(20), || {
+        (curl("http://127.0.0.1:17002/") == "200").then_some(())
+    })
+    .expect("the backend did not answer");
+    for _ in 0..4 {
+        assert_eq!(curl("http://127.0.0.1:17443/"), "200");
+    }
+    // nginx logs a connection once both sides closed it.
+    let access = common::proc::wait_for(std::time::Duration::from_secs(10), || {
+        let log = std::fs::read_to_string(lb_dir.join("access.log")).unwrap_or_default();
+        (log.lines().count() == 4).then_some(log)
+    })
+    .expect("the balancer logged fewer than four connections");
+    assert!(
+        access.contains("127.0.0.1:17001, 127.0.0.1:17002"),
+        "no connection tried the refusing backend first:\n{access}"
+    );
+}

@@ -171,3 +171,124 @@ pub fn wait<T>(
         tail(&log(lab), 6000),
     );
 }
+
+/// metalherd with the provider on and no target cluster (the lab's config
+/// without its controller's kubeconfig, the lab's own cluster): a cluster
+/// Cluster API builds does not exist before its control plane does, so a
+/// server is provisioned when its `booted` call-home arrives. Stops the
+/// lab's own metalherd first.
+pub fn metalherd_without_target(lab: &mut Lab) -> ChildGuard {
+    lab.kill_metalherd();
+    let config = lab.run.join("config.yaml");
+    let mut yaml: serde_yaml::Value =
+        serde_yaml::from_str(&std::fs::read_to_string(&config).unwrap()).unwrap();
+    let removed = yaml["controller"]
+        .as_mapping_mut()
+        .and_then(|m| m.remove("kubeconfig"));
+    assert!(
+        removed.is_some(),
+        "the lab's config named no target cluster"
+    );
+    std::fs::write(&config, serde_yaml::to_string(&yaml).unwrap()).unwrap();
+    lab.merge_config("controller: {clusterApi: true}");
+    metalherd(lab, &config)
+}
+
+/// A KubeadmControlPlane's `kubeadmConfigSpec` (`format: ignition`) with
+/// the patience an emulated control plane needs.
+pub fn emulated_kubeadm_config_spec() -> Value {
+    let cri = "unix:///run/containerd/containerd.sock";
+    // An emulated VM starts etcd and kube-apiserver in minutes, not
+    // seconds; a control-plane join waits on etcd too.
+    let timeouts = json!({"controlPlaneComponentHealthCheckSeconds": 1200,
+        "kubeletHealthCheckSeconds": 600, "kubernetesAPICallSeconds": 300,
+        "etcdAPICallSeconds": 600, "tlsBootstrapSeconds": 1200, "discoverySeconds": 1200});
+    // Its kube-apiserver answers slowly while other VMs install beside
+    // it: with the default 10 s renew deadline (5 s per request) the
+    // controller manager loses its lease over and over and its CSR
+    // approver, which lets the other kubelets in, never runs for long.
+    let leases = json!([
+        {"name": "leader-elect-lease-duration", "value": "120s"},
+        {"name": "leader-elect-renew-deadline", "value": "90s"}]);
+    // kube-apiserver's health checks give etcd 2 s by default: failed
+    // livez checks had the kubelet restart it in the middle of kubeadm
+    // init's last phases. kubeadm patches (its `patches.directory`) give
+    // the static pods' probes more patience on the same grounds.
+    let etcd_checks = json!([
+        {"name": "etcd-healthcheck-timeout", "value": "30s"},
+        {"name": "etcd-readycheck-timeout", "value": "30s"}]);
+    let patches = "/etc/kubernetes/patches";
+    let patient = |container: &str| {
+        json!({"path": format!("{patches}/{container}+strategic.yaml"), "owner": "root:root",
+            "permissions": "0644",
+            "content": format!("spec:\n  containers:\n  - name: {container}\n    livenessProbe: {{failureThreshold: 120, timeoutSeconds: 60}}\n    startupProbe: {{failureThreshold: 120, timeoutSeconds: 60}}\n")})
+    };
+    let files: Vec<Value> = [
+        "kube-apiserver",
+        "etcd",
+        "kube-controller-manager",
+        "kube-scheduler",
+    ]
+    .map(patient)
+    .into();
+    let registration = json!({"nodeRegistration": {"criSocket": cri},
+        "patches": {"directory": patches}, "timeouts": timeouts});
+    json!({"format": "ignition",
+        "files": files,
+        "clusterConfiguration": {
+            "apiServer": {"extraArgs": etcd_checks},
+            "controllerManager": {"extraArgs": leases.clone()},
+            "scheduler": {"extraArgs": leases}},
+        "initConfiguration": registration.clone(),
+        // KCP wants the control-plane timeout the same in both.
+        "joinConfiguration": registration})
+}
+
+/// The kubeconfig Cluster API wrote for `cluster`'s workload cluster
+/// (`<cluster>-kubeconfig`), checked to name `server`, saved in the run
+/// directory.
+pub fn workload_kubeconfig(lab: &Lab, cluster: &str, server: &str) -> PathBuf {
+    let secret = get(lab, "secret", &format!("{cluster}-kubeconfig"));
+    let value = secret["data"]["value"].as_str().unwrap_or_else(|| {
+        panic!("no kubeconfig in {cluster}-kubeconfig: {secret:#}");
+    });
+    use base64::Engine;
+    let kubeconfig = base64::engine::general_purpose::STANDARD
+        .decode(value)
+        .unwrap();
+    assert!(
+        String::from_utf8_lossy(&kubeconfig).contains(server),
+        "the workload kubeconfig's server is not {server}"
+    );
+    let path = lab.run.join(format!("{cluster}.kubeconfig"));
+    std::fs::write(&path, &kubeconfig).unwrap();
+    path
+}
+
+/// `kubectl` against a workload cluster, from inside the rack: (success,
+/// stdout, stderr).
+pub fn workload(lab: &Lab, kubeconfig: &Path, args: &[&str]) -> (bool, String, String) {
+    let kubectl = super::control_plane::kube_bin("kubectl");
+    let mut all = vec!["--kubeconfig", kubeconfig.to_str().unwrap()];
+    all.extend(args);
+    let out = lab.cmd_in_ns(kubectl.to_str().unwrap(), &all);
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// `kubectl get ARGS -o json` against a workload cluster: its items (none
+/// when kubectl fails).
+pub fn workload_list(lab: &Lab, kubeconfig: &Path, args: &[&str]) -> Vec<Value> {
+    let mut all = vec!["get"];
+    all.extend(args);
+    all.extend(["-o", "json"]);
+    let (ok, out, _) = workload(lab, kubeconfig, &all);
+    let v: Value = serde_json::from_str(&out)
+        .ok()
+        .filter(|_| ok)
+        .unwrap_or_default();
+    v["items"].as_array().cloned().unwrap_or_default()
+}

@@ -3,6 +3,7 @@
 //! tests need. A missing tool is a loud failure, never a skip.
 #![allow(dead_code)]
 
+pub mod balancer;
 pub mod bmc_proxy;
 pub mod boot_server;
 pub mod bootlab;
