@@ -31,9 +31,9 @@ use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
 use common::capi_lab::{
-    apply, cluster_initialized, declare_pool, emulated_kubeadm_config_spec, get, list,
-    metalherd_without_target, node_ready, start_cluster_api, workload, workload_kubeconfig,
-    workload_list,
+    apply, claimed, cluster_initialized, declare_pool, emulated_stacked_control_plane_spec, get,
+    list, metalherd_without_target, no_failed_kubeadm, node_ready, start_cluster_api,
+    with_serving_members_first, workload, workload_kubeconfig, workload_list,
 };
 use common::capi_objects::{INFRA, NS, condition, infra};
 use common::cluster_api::ClusterApi;
@@ -63,29 +63,7 @@ fn wait<T>(
 /// balancer) and a control plane of three on a MetalherdMachineTemplate
 /// selecting the control-plane servers.
 fn cluster_objects() -> Vec<Value> {
-    let mut spec = emulated_kubeadm_config_spec();
-    // etcd's defaults (100 ms heartbeats, 1 s elections) are for members
-    // on real CPUs; emulated ones miss them and elect over and over.
-    spec["clusterConfiguration"]["etcd"] = json!({"local": {"extraArgs": [
-        {"name": "heartbeat-interval", "value": "500"},
-        {"name": "election-timeout", "value": "5000"}]}});
-    // The joining servers have one vCPU (kubeadm asks for two): a joining
-    // server with two took both of the host's cores while it booted, and
-    // the first member's etcd answered kubeadm's member list (one try, 2 s)
-    // too late, which failed the third join.
-    spec["joinConfiguration"]["nodeRegistration"]["ignorePreflightErrors"] = json!(["NumCPU"]);
-    // ECDSA keys: every TLS handshake (kubeadm's etcd client makes a new
-    // connection per call, 2 s each) costs an emulated CPU far less than
-    // with RSA.
-    spec["clusterConfiguration"]["encryptionAlgorithm"] = json!("ECDSA-P256");
-    // kubeadm's output on the console too: a failed join says why there.
-    spec["files"].as_array_mut().unwrap().push(json!({
-        "path": "/etc/systemd/system/kubeadm.service.d/10-console.conf",
-        "owner": "root:root", "permissions": "0644",
-        "content": "[Service]\nStandardOutput=journal+console\nStandardError=journal+console\n"}));
-    // Nor kube-proxy nor CoreDNS: the story runs no workload, and every
-    // emulated cycle goes to the control plane.
-    spec["initConfiguration"]["skipPhases"] = json!(["addon/kube-proxy", "addon/coredns"]);
+    let spec = emulated_stacked_control_plane_spec();
     vec![
         json!({"apiVersion": format!("{INFRA}/v1alpha1"), "kind": "MetalherdCluster",
             "metadata": {"name": "ha", "namespace": NS},
@@ -110,70 +88,6 @@ fn cluster_objects() -> Vec<Value> {
                 "controlPlaneRef": {"apiGroup": "controlplane.cluster.x-k8s.io",
                     "kind": "KubeadmControlPlane", "name": "ha-cp"}}}),
     ]
-}
-
-/// Gives the emulated servers whose control plane runs (their Cluster API
-/// Machine Running) the host's CPU before those still installing or
-/// joining: on 2 cores a joining server otherwise starves the etcd it
-/// joins, and kubeadm's etcd calls (2 s each, the member lookup after the
-/// member is added tried once) fail the join. Every thread of each VM's
-/// QEMU process, every 5 s, until `stop`.
-fn prioritize_serving_members(lab: &Lab, stop: &std::sync::atomic::AtomicBool) {
-    use std::sync::atomic::Ordering;
-    while !stop.load(Ordering::SeqCst) {
-        let running: BTreeSet<String> = list(lab, "machines.cluster.x-k8s.io")
-            .iter()
-            .filter(|m| m["status"]["phase"] == "Running")
-            .filter_map(|m| m["status"]["nodeRef"]["name"].as_str().map(String::from))
-            .collect();
-        for name in NODES {
-            let out = std::process::Command::new("pgrep")
-                .args(["-f", &format!("guest={}-{name},", lab.ns)])
-                .output()
-                .unwrap();
-            let nice = if running.contains(name) { "-5" } else { "10" };
-            for pid in String::from_utf8_lossy(&out.stdout).split_whitespace() {
-                let tasks = std::fs::read_dir(format!("/proc/{pid}/task"));
-                for task in tasks.into_iter().flatten().flatten() {
-                    let _ = std::process::Command::new("renice")
-                        .args(["-n", nice, "-p"])
-                        .arg(task.file_name())
-                        .output();
-                }
-            }
-        }
-        for _ in 0..50 {
-            if stop.load(Ordering::SeqCst) {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
-    }
-}
-
-/// Panics when a server's `kubeadm.service` failed (its console says so):
-/// nothing retries it, so waiting longer would only time out.
-fn no_failed_kubeadm(lab: &Lab) {
-    for (i, name) in NODES.iter().enumerate() {
-        let console = lab.console(i + 1);
-        if let Some(line) = console
-            .lines()
-            .find(|l| l.contains("Failed to start") && l.contains("kubeadm.service"))
-        {
-            panic!(
-                "{name}'s kubeadm.service failed: {line}\n---- {name} console tail:\n{}",
-                common::lab::tail(&console, 4000)
-            );
-        }
-    }
-}
-
-/// The servers claimed by a MetalherdMachine (their `status.machineRef`).
-fn claimed(lab: &Lab) -> BTreeSet<String> {
-    list(lab, "metalherdmachines")
-        .iter()
-        .filter_map(|m| m["status"]["machineRef"]["name"].as_str().map(String::from))
-        .collect()
 }
 
 #[test]
@@ -211,17 +125,7 @@ fn highly_available_control_plane() {
         },
     );
 
-    let stop = std::sync::atomic::AtomicBool::new(false);
-    std::thread::scope(|scope| {
-        scope.spawn(|| prioritize_serving_members(&lab, &stop));
-        let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            the_cluster(&lab, &capi, t_lab)
-        }));
-        stop.store(true, std::sync::atomic::Ordering::SeqCst);
-        if let Err(e) = result {
-            std::panic::resume_unwind(e);
-        }
-    });
+    with_serving_members_first(&lab, &NODES, || the_cluster(&lab, &capi, t_lab));
     drop(capi);
 }
 
@@ -235,7 +139,7 @@ fn the_cluster(lab: &Lab, capi: &ClusterApi, t_lab: Instant) {
         lab,
         capi,
         || {
-            no_failed_kubeadm(lab);
+            no_failed_kubeadm(lab, &NODES);
             cluster_initialized(lab, "ha", &["controlPlaneInitialized"]).then_some(())
         },
     );
@@ -256,7 +160,7 @@ fn the_cluster(lab: &Lab, capi: &ClusterApi, t_lab: Instant) {
         lab,
         capi,
         || {
-            no_failed_kubeadm(lab);
+            no_failed_kubeadm(lab, &NODES);
             let nodes = workload_list(lab, &kubeconfig, &["nodes"]);
             let ready = nodes.iter().filter(|n| node_ready(n)).count();
             let claimed = claimed(lab).len();

@@ -292,3 +292,125 @@ pub fn workload_list(lab: &Lab, kubeconfig: &Path, args: &[&str]) -> Vec<Value> 
         .unwrap_or_default();
     v["items"].as_array().cloned().unwrap_or_default()
 }
+
+/// [`emulated_kubeadm_config_spec`] for a stacked control plane that
+/// grows beyond one server (control-plane joins with etcd membership) on
+/// emulated CPUs, as the highly available and upgrade stories run it.
+pub fn emulated_stacked_control_plane_spec() -> Value {
+    let mut spec = emulated_kubeadm_config_spec();
+    // etcd's defaults (100 ms heartbeats, 1 s elections) are for members
+    // on real CPUs; emulated ones miss them and elect over and over.
+    spec["clusterConfiguration"]["etcd"] = json!({"local": {"extraArgs": [
+        {"name": "heartbeat-interval", "value": "500"},
+        {"name": "election-timeout", "value": "5000"}]}});
+    // The joining servers have one vCPU (kubeadm asks for two): a joining
+    // server with two took both of the host's cores while it booted, and
+    // the first member's etcd answered kubeadm's member list (one try, 2 s)
+    // too late, which failed the join.
+    spec["joinConfiguration"]["nodeRegistration"]["ignorePreflightErrors"] = json!(["NumCPU"]);
+    // ECDSA keys: every TLS handshake (kubeadm's etcd client makes a new
+    // connection per call, 2 s each) costs an emulated CPU far less than
+    // with RSA.
+    spec["clusterConfiguration"]["encryptionAlgorithm"] = json!("ECDSA-P256");
+    // kubeadm's output on the console too: a failed join says why there.
+    spec["files"].as_array_mut().unwrap().push(json!({
+        "path": "/etc/systemd/system/kubeadm.service.d/10-console.conf",
+        "owner": "root:root", "permissions": "0644",
+        "content": "[Service]\nStandardOutput=journal+console\nStandardError=journal+console\n"}));
+    // Nor kube-proxy nor CoreDNS: every emulated cycle goes to the
+    // control plane.
+    spec["initConfiguration"]["skipPhases"] = json!(["addon/kube-proxy", "addon/coredns"]);
+    spec
+}
+
+/// Panics when one of `nodes`' `kubeadm.service` failed (its console,
+/// VM i+1 for `nodes[i]`, says so): nothing retries it, so waiting longer
+/// would only time out.
+pub fn no_failed_kubeadm(lab: &Lab, nodes: &[&str]) {
+    for (i, name) in nodes.iter().enumerate() {
+        let console = lab.console(i + 1);
+        if let Some(line) = console
+            .lines()
+            .find(|l| l.contains("Failed to start") && l.contains("kubeadm.service"))
+        {
+            panic!(
+                "{name}'s kubeadm.service failed: {line}\n---- {name} console tail:\n{}",
+                tail(&console, 4000)
+            );
+        }
+    }
+}
+
+/// The servers claimed by a MetalherdMachine (their `status.machineRef`).
+pub fn claimed(lab: &Lab) -> std::collections::BTreeSet<String> {
+    list(lab, "metalherdmachines")
+        .iter()
+        .filter_map(|m| m["status"]["machineRef"]["name"].as_str().map(String::from))
+        .collect()
+}
+
+/// Runs `f` while a thread gives the emulated servers whose control plane
+/// runs (a control-plane Machine Running) the host's CPU first (nice
+/// -10), then those with a running kubelet (0), then those still
+/// installing or joining (10): on 2 cores a joining server otherwise
+/// starves the etcd it joins, and kubeadm's etcd calls (2 s each; since
+/// v1.34.4 the member lookup after the member is added stops at its first
+/// error) fail the join. Every thread of each of `nodes`' QEMU processes,
+/// every 5 s.
+pub fn with_serving_members_first<T>(lab: &Lab, nodes: &[&str], f: impl FnOnce() -> T) -> T {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let stop = AtomicBool::new(false);
+    let prioritize = || {
+        while !stop.load(Ordering::SeqCst) {
+            let machines = list(lab, "machines.cluster.x-k8s.io");
+            let running = |control_plane: bool| -> std::collections::BTreeSet<String> {
+                machines
+                    .iter()
+                    .filter(|m| m["status"]["phase"] == "Running")
+                    .filter(|m| {
+                        !control_plane
+                            || m["metadata"]["labels"]
+                                .get("cluster.x-k8s.io/control-plane")
+                                .is_some()
+                    })
+                    .filter_map(|m| m["status"]["nodeRef"]["name"].as_str().map(String::from))
+                    .collect()
+            };
+            let (serving, kubelet) = (running(true), running(false));
+            for name in nodes {
+                let out = Command::new("pgrep")
+                    .args(["-f", &format!("guest={}-{name},", lab.ns)])
+                    .output()
+                    .unwrap();
+                let nice = if serving.contains(*name) {
+                    "-10"
+                } else if kubelet.contains(*name) {
+                    "0"
+                } else {
+                    "10"
+                };
+                for pid in String::from_utf8_lossy(&out.stdout).split_whitespace() {
+                    let tasks = std::fs::read_dir(format!("/proc/{pid}/task"));
+                    for task in tasks.into_iter().flatten().flatten() {
+                        let _ = Command::new("renice")
+                            .args(["-n", nice, "-p"])
+                            .arg(task.file_name())
+                            .output();
+                    }
+                }
+            }
+            for _ in 0..50 {
+                if stop.load(Ordering::SeqCst) {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        }
+    };
+    std::thread::scope(|scope| {
+        scope.spawn(prioritize);
+        let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f));
+        stop.store(true, Ordering::SeqCst);
+        result.unwrap_or_else(|e| std::panic::resume_unwind(e))
+    })
+}

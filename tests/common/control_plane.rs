@@ -78,6 +78,24 @@ pub fn previous_kube_bin_dir() -> PathBuf {
     .clone()
 }
 
+/// The OCI archives of [`PREVIOUS_KUBE_VERSION`]'s kube-apiserver,
+/// kube-controller-manager and kube-scheduler (`NAME.tar`, its reference
+/// in `NAME.names`): `scripts/kubernetes-build-previous --control-plane`
+/// builds them (loudly, minutes, when missing) beside the binaries.
+pub fn previous_control_plane_images() -> PathBuf {
+    let out = Command::new(repo_root().join("scripts/kubernetes-build-previous"))
+        .arg("--control-plane")
+        .output()
+        .expect("run scripts/kubernetes-build-previous --control-plane");
+    let (stdout, stderr) = text(&out);
+    assert!(
+        out.status.success(),
+        "scripts/kubernetes-build-previous --control-plane failed:\n{stderr}"
+    );
+    let bin = PathBuf::from(stdout.lines().last().unwrap_or_default().trim());
+    bin.parent().expect("the build's directory").join("images")
+}
+
 /// The path of one built binary (`kube-apiserver`, `etcd`, `kubectl`, ...).
 pub fn kube_bin(name: &str) -> PathBuf {
     let p = kube_bin_dir().join(name);
