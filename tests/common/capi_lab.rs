@@ -351,12 +351,12 @@ pub fn claimed(lab: &Lab) -> std::collections::BTreeSet<String> {
 
 /// Runs `f` while a thread gives the emulated servers whose control plane
 /// runs (a control-plane Machine Running) the host's CPU first (nice
-/// -10), then those with a running kubelet (0), then those still
-/// installing or joining (10): on 2 cores a joining server otherwise
-/// starves the etcd it joins, and kubeadm's etcd calls (2 s each; since
-/// v1.34.4 the member lookup after the member is added stops at its first
-/// error) fail the join. Every thread of each of `nodes`' QEMU processes,
-/// every 5 s.
+/// -10), then those with a running kubelet or a control plane joining
+/// (0), then the others, still installing (10): on 2 cores a joining
+/// server otherwise starves the etcd it joins, and kubeadm's etcd calls
+/// (2 s each; since v1.34.4 the member lookup after the member is added
+/// stops at its first error) fail the join. Every thread of each of
+/// `nodes`' QEMU processes, every 5 s.
 pub fn with_serving_members_first<T>(lab: &Lab, nodes: &[&str], f: impl FnOnce() -> T) -> T {
     use std::sync::atomic::{AtomicBool, Ordering};
     let stop = AtomicBool::new(false);
@@ -377,6 +377,31 @@ pub fn with_serving_members_first<T>(lab: &Lab, nodes: &[&str], f: impl FnOnce()
                     .collect()
             };
             let (serving, kubelet) = (running(true), running(false));
+            // Servers of control-plane machines still joining: once its
+            // learner is promoted a joining server's etcd is part of the
+            // quorum, and starving it stalls every write of the cluster.
+            let control_plane_infra: std::collections::BTreeSet<&str> = machines
+                .iter()
+                .filter(|m| {
+                    m["metadata"]["labels"]
+                        .get("cluster.x-k8s.io/control-plane")
+                        .is_some()
+                })
+                .filter_map(|m| m["spec"]["infrastructureRef"]["name"].as_str())
+                .collect();
+            let joining: std::collections::BTreeSet<String> = list(lab, "metalherdmachines")
+                .iter()
+                .filter(|mm| {
+                    mm["metadata"]["name"]
+                        .as_str()
+                        .is_some_and(|n| control_plane_infra.contains(n))
+                })
+                .filter_map(|mm| {
+                    mm["status"]["machineRef"]["name"]
+                        .as_str()
+                        .map(String::from)
+                })
+                .collect();
             for name in nodes {
                 let out = Command::new("pgrep")
                     .args(["-f", &format!("guest={}-{name},", lab.ns)])
@@ -384,7 +409,7 @@ pub fn with_serving_members_first<T>(lab: &Lab, nodes: &[&str], f: impl FnOnce()
                     .unwrap();
                 let nice = if serving.contains(*name) {
                     "-10"
-                } else if kubelet.contains(*name) {
+                } else if kubelet.contains(*name) || joining.contains(*name) {
                     "0"
                 } else {
                     "10"
