@@ -32,8 +32,11 @@
 //! `minAvailable: 1`, and tolerates the control-plane taint.
 //!
 //! The time from applying the Cluster to its nodes Ready and of each
-//! half of the upgrade is printed (BENCHMARKS.md). scripts/test runs it
-//! only with METALHERD_TEST_CLUSTER_UPGRADE=1 (about 45 minutes).
+//! half of the upgrade is printed (BENCHMARKS.md).
+//!
+//! It has not passed on 2 emulated cores: in three runs the surge control
+//! plane's `kubeadm join` (v1.34.4) failed (README, "Cluster API");
+//! scripts/test runs it only with METALHERD_TEST_CLUSTER_UPGRADE=1.
 //! Runs QEMU: take /tmp/metalherd-lab.lock around `cargo test`.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
