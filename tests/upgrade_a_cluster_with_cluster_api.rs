@@ -285,6 +285,27 @@ fn rolled_to(lab: &Lab, kubeconfig: &Path, machines: &[Value], version: &str) ->
         .then(|| node.to_string())
 }
 
+/// `obj` as read, without what the server owns (status, resourceVersion,
+/// uid, managed fields), to apply again with a change: a stale
+/// resourceVersion would make the apply a conflict.
+fn for_apply(mut obj: Value) -> Value {
+    if let Some(o) = obj.as_object_mut() {
+        o.remove("status");
+    }
+    if let Some(m) = obj["metadata"].as_object_mut() {
+        for field in [
+            "resourceVersion",
+            "uid",
+            "creationTimestamp",
+            "generation",
+            "managedFields",
+        ] {
+            m.remove(field);
+        }
+    }
+    obj
+}
+
 /// Machine `server`'s release label (`infrastructure.cluster.x-k8s.io/
 /// released-from`), if metalherd released it.
 fn released_from(lab: &Lab, server: &str) -> Option<String> {
@@ -444,7 +465,7 @@ fn roll(lab: &Lab, capi: &ClusterApi, kubeconfig: &Path) -> (Duration, Duration)
             "lab-node",
         )],
     );
-    let mut kcp = get(lab, "kubeadmcontrolplane", "c1-cp");
+    let mut kcp = for_apply(get(lab, "kubeadmcontrolplane", "c1-cp"));
     kcp["spec"]["version"] = json!(TO);
     kcp["spec"]["machineTemplate"]["spec"]["infrastructureRef"]["name"] =
         json!(format!("c1-cp-{TO}"));
@@ -506,7 +527,7 @@ fn roll(lab: &Lab, capi: &ClusterApi, kubeconfig: &Path) -> (Duration, Duration)
             "lab-node",
         )],
     );
-    let mut md = get(lab, "machinedeployment", "c1-md");
+    let mut md = for_apply(get(lab, "machinedeployment", "c1-md"));
     md["spec"]["template"]["spec"]["version"] = json!(TO);
     md["spec"]["template"]["spec"]["infrastructureRef"]["name"] = json!(format!("c1-md-{TO}"));
     apply(lab, &[md]);

@@ -354,9 +354,9 @@ pub fn claimed(lab: &Lab) -> std::collections::BTreeSet<String> {
 /// -10), then those with a running kubelet or a control plane joining
 /// (0), then the others, still installing (10): on 2 cores a joining
 /// server otherwise starves the etcd it joins, and kubeadm's etcd calls
-/// (2 s each; since v1.34.4 the member lookup after the member is added
-/// stops at its first error) fail the join. Every thread of each of
-/// `nodes`' QEMU processes, every 5 s.
+/// (2 s each; since v1.34.4 a member list stops at its first failed
+/// call) fail the join. Every thread of each of `nodes`' QEMU processes,
+/// every 5 s.
 pub fn with_serving_members_first<T>(lab: &Lab, nodes: &[&str], f: impl FnOnce() -> T) -> T {
     use std::sync::atomic::{AtomicBool, Ordering};
     let stop = AtomicBool::new(false);
